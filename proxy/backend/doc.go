@@ -1,0 +1,16 @@
+// Package backend is the neutral leaf between lockproxy's RESP front end and
+// its storage backends, in the way database/sql/driver sits between
+// database/sql and the drivers.
+//
+// It owns three things and imports nothing but the standard library:
+//
+//   - the Backend interface every store implements (memory, quorum,
+//     pgbridge), with its parameter and result types;
+//   - Value, one Redis reply independent of the wire protocol (RESP2 or
+//     RESP3 is chosen when the proxy writes it);
+//   - the exact Redis reply texts (replies.go), so a client that matches on
+//     an error string sees what a real Redis 7 would send.
+//
+// The lock model (SPEC §1): a key holds at most one token and an optional
+// expiry. Absent and expired keys are the same thing to every caller.
+package backend

@@ -1,0 +1,105 @@
+package backend
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The exact reply texts of a real Redis 7, without the leading "-" and the
+// trailing CRLF. Clients match on these strings, so every one is copied from
+// a real server's reply and the differential test in tests/ keeps it honest.
+// Texts for commands Redis 7 does not have (IFEQ, DELIFEQ, DELEX) follow
+// Redis 8.4 and Valkey 9.
+const (
+	MsgSyntax           = "ERR syntax error"
+	MsgNotInteger       = "ERR value is not an integer or out of range"
+	MsgNotFloat         = "ERR value is not a valid float"
+	MsgDBOutOfRange     = "ERR DB index is out of range"
+	MsgNoScript         = "NOSCRIPT No matching script. Please use EVAL."
+	MsgNoAuth           = "NOAUTH Authentication required."
+	MsgWrongPass        = "WRONGPASS invalid username-password pair or user is disabled."
+	MsgAuthNoPassword   = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	MsgNoProto          = "NOPROTO unsupported protocol version"
+	MsgMultiNested      = "ERR MULTI calls can not be nested"
+	MsgExecWithoutMulti = "ERR EXEC without MULTI"
+	MsgDiscardNoMulti   = "ERR DISCARD without MULTI"
+	MsgExecAbort        = "EXECABORT Transaction discarded because of previous errors."
+	MsgExpireNXXX       = "ERR NX and XX, GT or LT options at the same time are not compatible"
+	MsgExpireGTLT       = "ERR GT and LT options at the same time are not compatible"
+	MsgClientName       = "ERR Client names cannot contain spaces, newlines or special characters."
+	MsgNumKeysTooBig    = "ERR Number of keys can't be greater than number of args"
+	MsgNumKeysNegative  = "ERR Number of keys can't be negative"
+	MsgWrongType        = "WRONGTYPE Operation against a key holding the wrong kind of value"
+	MsgInternal         = "ERR internal error"
+	MsgMaxClients       = "ERR max number of clients reached"
+)
+
+// ErrWrongArgs is the arity error of cmd, e.g. "ERR wrong number of
+// arguments for 'set' command". cmd is the lower-case full name
+// ("client|setname" for a subcommand).
+func ErrWrongArgs(cmd string) string {
+	return "ERR wrong number of arguments for '" + strings.ToLower(cmd) + "' command"
+}
+
+// ErrInvalidExpire is "ERR invalid expire time in 'set' command" for cmd.
+func ErrInvalidExpire(cmd string) string {
+	return "ERR invalid expire time in '" + strings.ToLower(cmd) + "' command"
+}
+
+// ErrUnknownCommand is Redis's reply to an unknown command: the name and the
+// first arguments, each quoted and followed by a space, cut as Redis cuts
+// them (name to 128 bytes, the argument list to about 128 bytes).
+func ErrUnknownCommand(name string, args [][]byte) string {
+	var b strings.Builder
+	for _, a := range args {
+		if b.Len() >= 128 {
+			break
+		}
+		s := string(a)
+		if room := 128 - b.Len(); len(s) > room {
+			s = s[:room]
+		}
+		fmt.Fprintf(&b, "'%s' ", s)
+	}
+	return fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", truncate(name, 128), b.String())
+}
+
+// ErrUnknownSubcommand is "ERR unknown subcommand 'x'. Try CLIENT HELP.".
+func ErrUnknownSubcommand(cmd, sub string) string {
+	return fmt.Sprintf("ERR unknown subcommand '%s'. Try %s HELP.", truncate(sub, 128), strings.ToUpper(cmd))
+}
+
+// ErrUnsupportedOption is EXPIRE's "ERR Unsupported option x".
+func ErrUnsupportedOption(opt string) string {
+	return "ERR Unsupported option " + opt
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// ReplyError is an error whose Reply goes to the client verbatim: one line
+// "PREFIX message" without "-" and CRLF. Err is the cause, for logs and
+// errors.Is; it never reaches the client.
+type ReplyError struct {
+	Reply string
+	Err   error
+}
+
+// Reply returns a *ReplyError with the given reply line and no cause.
+func Reply(line string) *ReplyError { return &ReplyError{Reply: line} }
+
+func (e *ReplyError) Error() string {
+	if e.Err != nil {
+		return e.Reply + ": " + e.Err.Error()
+	}
+	return e.Reply
+}
+
+func (e *ReplyError) Unwrap() error { return e.Err }
+
+// ErrNoScript is returned for an EVALSHA of a script nobody loaded.
+var ErrNoScript = &ReplyError{Reply: MsgNoScript}
