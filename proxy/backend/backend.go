@@ -118,6 +118,7 @@ const (
 	ExpireXX                // only when the key has an expiry
 	ExpireGT                // only when the new expiry is later (no expiry counts as infinite)
 	ExpireLT                // only when the new expiry is sooner (no expiry counts as infinite)
+	ExpireLTXX              // LT and XX together: only when the key has an expiry and the new one is sooner
 )
 
 // KV is one key and token of an MSET.

@@ -1,0 +1,124 @@
+package keycmd
+
+import (
+	"math"
+	"time"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+var (
+	errSyntax     = backend.Reply(backend.MsgSyntax)
+	errNotInteger = backend.Reply(backend.MsgNotInteger)
+)
+
+// ParseInt parses b as Redis's string2ll does: optional '-', decimal digits,
+// no leading zeros, no '+', no spaces, within int64.
+func ParseInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	if len(b) == 1 && b[0] == '0' {
+		return 0, true
+	}
+	neg := false
+	p := b
+	if p[0] == '-' {
+		neg = true
+		p = p[1:]
+		if len(p) == 0 {
+			return 0, false
+		}
+	}
+	if p[0] < '1' || p[0] > '9' {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range p {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v > (math.MaxUint64-9)/10 {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	if neg {
+		if v > 1<<63 {
+			return 0, false
+		}
+		return -int64(v), true
+	}
+	if v > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(v), true
+}
+
+// intArg parses an integer argument or returns Redis's "not an integer"
+// reply.
+func intArg(b []byte) (int64, error) {
+	n, ok := ParseInt(b)
+	if !ok {
+		return 0, errNotInteger
+	}
+	return n, nil
+}
+
+// eqFold reports whether b equals the lower-case ASCII word w, ignoring case.
+func eqFold(b []byte, w string) bool {
+	if len(b) != len(w) {
+		return false
+	}
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != w[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// expiryUnit says how an expire argument counts and from when.
+type expiryUnit uint8
+
+const (
+	relSeconds expiryUnit = iota // EX, SETEX, EXPIRE
+	relMillis                    // PX, PSETEX, PEXPIRE
+	absSeconds                   // EXAT, EXPIREAT
+	absMillis                    // PXAT, PEXPIREAT
+)
+
+// setExpiry converts the expire argument of SET, SETEX or PSETEX, with
+// Redis 7's checks: not an integer, not positive, or overflowing once in
+// absolute milliseconds is an error naming cmd.
+func setExpiry(cmd string, arg []byte, u expiryUnit, now time.Time) (backend.Expiry, error) {
+	n, err := intArg(arg)
+	if err != nil {
+		return backend.Expiry{}, err
+	}
+	if n <= 0 || ((u == relSeconds || u == absSeconds) && n > math.MaxInt64/1000) {
+		return backend.Expiry{}, backend.Reply(backend.ErrInvalidExpire(cmd))
+	}
+	if u == relSeconds || u == absSeconds {
+		n *= 1000
+	}
+	if u == relSeconds || u == relMillis {
+		if n > math.MaxInt64-now.UnixMilli() {
+			return backend.Expiry{}, backend.Reply(backend.ErrInvalidExpire(cmd))
+		}
+		return relative(n, now), nil
+	}
+	return backend.Expiry{At: time.UnixMilli(n)}, nil
+}
+
+// relative is an expiry ms milliseconds from now. It stays relative (TTL)
+// where a Duration can hold it, so backends measure it on their own clock.
+func relative(ms int64, now time.Time) backend.Expiry {
+	if ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
+		return backend.Expiry{TTL: time.Duration(ms) * time.Millisecond}
+	}
+	return backend.Expiry{At: time.UnixMilli(now.UnixMilli() + ms)}
+}
