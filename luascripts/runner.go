@@ -1,0 +1,162 @@
+package luascripts
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// Caller runs one redis.call or redis.pcall for a running script. A
+// *backend.ReplyError it returns is a Redis command error the script sees
+// (redis.call raises it, redis.pcall returns it as {err=…}); any other error
+// aborts the script and Run returns it.
+type Caller interface {
+	Call(ctx context.Context, args [][]byte) (backend.Value, error)
+}
+
+// Config configures a Runner.
+type Config struct {
+	// TimeLimit bounds one script's run time. default: 5s
+	TimeLimit time.Duration
+	// Logger receives redis.log lines. default: discard
+	Logger *slog.Logger
+}
+
+// Runner runs scripts. It is safe for concurrent use.
+type Runner struct {
+	cfg   Config
+	pool  sync.Pool // *vm
+	mu    sync.RWMutex
+	procs map[string]*lua.FunctionProto // compiled scripts by SHA1
+}
+
+// maxCompiled bounds the compiled-script cache; past it the cache starts
+// over (scripts are recompiled on their next run).
+const maxCompiled = 4096
+
+// New returns a Runner.
+func New(cfg Config) *Runner {
+	if cfg.TimeLimit <= 0 {
+		cfg.TimeLimit = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Runner{cfg: cfg, procs: make(map[string]*lua.FunctionProto)}
+}
+
+// SHA1 returns the lower-case hex SHA1 of src, the name EVALSHA uses.
+func SHA1(src string) string {
+	sum := sha1.Sum([]byte(src))
+	return hex.EncodeToString(sum[:])
+}
+
+// Compile checks that src compiles, answering Redis's compile-error reply
+// (*backend.ReplyError) when it does not.
+func Compile(src string) error {
+	_, err := compile(src)
+	return err
+}
+
+var parseLine = regexp.MustCompile(`line:(\d+)`)
+
+func compile(src string) (*lua.FunctionProto, error) {
+	chunk, err := parse.Parse(strings.NewReader(src), "user_script")
+	if err == nil {
+		var proto *lua.FunctionProto
+		if proto, err = lua.Compile(chunk, "user_script"); err == nil {
+			return proto, nil
+		}
+	}
+	line, msg := "1", err.Error()
+	var pe *parse.Error
+	if errors.As(err, &pe) {
+		near := pe.Token
+		if pe.Pos.Line == parse.EOF || near == "" {
+			near = "<eof>"
+		} else {
+			line = strconv.Itoa(pe.Pos.Line)
+		}
+		what := pe.Message
+		if what == "syntax error" {
+			what = "unexpected symbol"
+		}
+		msg = fmt.Sprintf("%s near '%s'", what, near)
+	} else if m := parseLine.FindStringSubmatch(msg); m != nil {
+		line = m[1]
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	return nil, backend.Reply("ERR Error compiling script (new function): user_script:" + line + ": " + msg)
+}
+
+func (r *Runner) proto(s backend.Script) (*lua.FunctionProto, error) {
+	r.mu.RLock()
+	p := r.procs[s.SHA1]
+	r.mu.RUnlock()
+	if p != nil {
+		return p, nil
+	}
+	p, err := compile(s.Src)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if len(r.procs) >= maxCompiled {
+		clear(r.procs)
+	}
+	r.procs[s.SHA1] = p
+	r.mu.Unlock()
+	return p, nil
+}
+
+// Run runs s with KEYS and ARGV against c and returns its reply. A reply
+// that is an error (a script returning {err=…}) is a Value of KindError,
+// not an error; an error that escapes the script is a *backend.ReplyError
+// with Redis's text; a Caller failure that is not a ReplyError, or ctx
+// ending, comes back wrapped.
+func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args [][]byte, c Caller) (backend.Value, error) {
+	if s.SHA1 == "" {
+		s.SHA1 = SHA1(s.Src)
+	}
+	p, err := r.proto(s)
+	if err != nil {
+		return backend.Value{}, err
+	}
+	v, _ := r.pool.Get().(*vm)
+	if v == nil {
+		v = newVM(r.cfg.Logger)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, r.cfg.TimeLimit)
+	defer cancel()
+	out, err, reusable := v.run(runCtx, cancel, p, s.SHA1, keys, args, c)
+	aborted := v.abort != nil
+	if reusable {
+		r.pool.Put(v)
+	} else {
+		v.L.Close()
+	}
+	if err != nil && !aborted && runCtx.Err() != nil {
+		if ctx.Err() != nil {
+			return backend.Value{}, fmt.Errorf("luascripts: script %s: %w", s.SHA1, ctx.Err())
+		}
+		return backend.Value{}, &backend.ReplyError{
+			Reply: fmt.Sprintf("ERR Script killed by lockproxy: it ran longer than the script time limit (%s)", r.cfg.TimeLimit),
+			Err:   runCtx.Err(),
+		}
+	}
+	return out, err
+}
