@@ -1,0 +1,26 @@
+// Package memory is lockproxy's embedded backend and the reference model of
+// SPEC §1: every other backend must answer the conformance suite
+// (proxy/backend/backendtest) the way this one does.
+//
+// Guarantees:
+//   - every command is atomic; a script is atomic over every key it touches,
+//     declared in KEYS or not, in any database it SELECTs;
+//   - a key is dead at its deadline to the millisecond (a read finds it
+//     gone, a write finds it absent), however late the reaper is;
+//   - expired keys are reclaimed in the background, Redis-style: a reaper
+//     samples keys in every shard on each tick and repeats while more than a
+//     quarter of a sample had expired, so memory follows the live keys under
+//     acquire/expire churn, with bounded work per tick;
+//   - databases 0 to 15 are separate key spaces.
+//
+// Concurrency: one RWMutex over the store and 64 shards with a mutex each.
+// A single-key command takes the read side and its shard's mutex, so
+// commands on different keys run in parallel and a check and its write
+// happen in one critical section. Scripts and multi-key commands take the
+// write side: they run alone, as in Redis. The price is that a slow script
+// (up to the runner's time limit, default 5s) stalls every other command,
+// which is also what Redis does.
+//
+// Nothing is persisted: the locks end with the process. This backend is a
+// single node and not highly available; the proxy says so at start.
+package memory

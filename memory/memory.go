@@ -1,0 +1,199 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/lockproxy/lockproxy/luascripts"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/keycmd"
+)
+
+const numShards = 64
+
+// Config configures a Backend.
+type Config struct {
+	// Runner runs EVAL scripts. default: luascripts.New with its defaults
+	Runner *luascripts.Runner
+	// ReapInterval is how often the reaper samples for expired keys.
+	// default: 100ms
+	ReapInterval time.Duration
+}
+
+// Backend is the in-memory store. It is safe for concurrent use; its reaper
+// goroutine runs from New until Close.
+type Backend struct {
+	mu     sync.RWMutex // write side: scripts and multi-key commands
+	seed   maphash.Seed
+	shards [numShards]shard
+	runner *luascripts.Runner
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+var (
+	_ backend.Backend  = (*Backend)(nil)
+	_ backend.KeySpace = (*view)(nil)
+)
+
+// entry is one key's token and deadline (Unix milliseconds, 0 for none).
+type entry struct {
+	val []byte
+	exp int64
+}
+
+type shard struct {
+	mu  sync.Mutex
+	dbs [keycmd.Databases]map[string]entry
+}
+
+// New returns a Backend and starts its reaper.
+func New(cfg Config) *Backend {
+	if cfg.Runner == nil {
+		cfg.Runner = luascripts.New(luascripts.Config{})
+	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = 100 * time.Millisecond
+	}
+	b := &Backend{seed: maphash.MakeSeed(), runner: cfg.Runner, stop: make(chan struct{}), done: make(chan struct{})}
+	go b.reap(cfg.ReapInterval)
+	return b
+}
+
+// Close stops the reaper and waits for it. The data stays readable.
+func (b *Backend) Close(context.Context) error {
+	select {
+	case <-b.stop:
+	default:
+		close(b.stop)
+	}
+	<-b.done
+	return nil
+}
+
+func (b *Backend) shard(key string) *shard {
+	return &b.shards[maphash.String(b.seed, key)%numShards]
+}
+
+func checkDB(db int) error {
+	if db < 0 || db >= keycmd.Databases {
+		return fmt.Errorf("memory: database %d out of range", db)
+	}
+	return nil
+}
+
+// one runs f on key's shard under the read side of the store lock.
+func (b *Backend) one(db int, key string, f func(sh *shard, now int64)) error {
+	if err := checkDB(db); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	sh := b.shard(key)
+	sh.mu.Lock()
+	f(sh, time.Now().UnixMilli())
+	sh.mu.Unlock()
+	b.mu.RUnlock()
+	return nil
+}
+
+// all runs f alone, under the write side of the store lock.
+func (b *Backend) all(db int, f func(v *view)) error {
+	if err := checkDB(db); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f(&view{b: b})
+	return nil
+}
+
+// Eval runs s atomically: nothing else touches the store while it runs.
+func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
+	if err := checkDB(db); err != nil {
+		return backend.Value{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: &view{b: b}, DB: db, RO: ro})
+}
+
+// Set implements backend.KeySpace.
+func (b *Backend) Set(_ context.Context, db int, key string, token []byte, o backend.SetOptions) (res backend.SetResult, err error) {
+	err = b.one(db, key, func(sh *shard, now int64) { res = sh.set(db, key, token, o, now) })
+	return res, err
+}
+
+// Get implements backend.KeySpace.
+func (b *Backend) Get(_ context.Context, db int, key string) (tok []byte, ok bool, err error) {
+	err = b.one(db, key, func(sh *shard, now int64) {
+		var e entry
+		if e, ok = sh.get(db, key, now); ok {
+			tok = e.val
+		}
+	})
+	return tok, ok, err
+}
+
+// Del implements backend.KeySpace.
+func (b *Backend) Del(ctx context.Context, db int, keys []string) (n int64, err error) {
+	if len(keys) == 1 {
+		err = b.one(db, keys[0], func(sh *shard, now int64) { n = sh.del(db, keys[0], now) })
+		return n, err
+	}
+	err = b.all(db, func(v *view) { n, _ = v.Del(ctx, db, keys) })
+	return n, err
+}
+
+// DelIf implements backend.KeySpace.
+func (b *Backend) DelIf(_ context.Context, db int, key string, cond backend.Cond, match []byte) (ok bool, err error) {
+	err = b.one(db, key, func(sh *shard, now int64) { ok = sh.delIf(db, key, cond, match, now) })
+	return ok, err
+}
+
+// Exists implements backend.KeySpace.
+func (b *Backend) Exists(ctx context.Context, db int, keys []string) (n int64, err error) {
+	if len(keys) == 1 {
+		err = b.one(db, keys[0], func(sh *shard, now int64) {
+			if _, ok := sh.get(db, keys[0], now); ok {
+				n = 1
+			}
+		})
+		return n, err
+	}
+	err = b.all(db, func(v *view) { n, _ = v.Exists(ctx, db, keys) })
+	return n, err
+}
+
+// PTTL implements backend.KeySpace.
+func (b *Backend) PTTL(_ context.Context, db int, key string) (ms int64, err error) {
+	err = b.one(db, key, func(sh *shard, now int64) { ms = sh.pttl(db, key, now) })
+	return ms, err
+}
+
+// Expire implements backend.KeySpace.
+func (b *Backend) Expire(_ context.Context, db int, key string, e backend.Expiry, cond backend.ExpireCond) (ok bool, err error) {
+	err = b.one(db, key, func(sh *shard, now int64) { ok = sh.expire(db, key, e, cond, now) })
+	return ok, err
+}
+
+// Persist implements backend.KeySpace.
+func (b *Backend) Persist(_ context.Context, db int, key string) (ok bool, err error) {
+	err = b.one(db, key, func(sh *shard, now int64) { ok = sh.persist(db, key, now) })
+	return ok, err
+}
+
+// MSet implements backend.KeySpace.
+func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool) (ok bool, err error) {
+	err = b.all(db, func(v *view) { ok, _ = v.MSet(ctx, db, pairs, nx) })
+	return ok, err
+}
+
+// DBSize implements backend.KeySpace.
+func (b *Backend) DBSize(ctx context.Context, db int) (n int64, err error) {
+	err = b.all(db, func(v *view) { n, _ = v.DBSize(ctx, db) })
+	return n, err
+}
