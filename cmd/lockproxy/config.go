@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is lockproxy's configuration. Precedence: defaults < config file <
+// LOCKPROXY_* environment < flags. YAML keys are the flag names.
+type Config struct {
+	Listen           string `yaml:"listen"`
+	Backend          string `yaml:"backend"`
+	QuorumNodes      string `yaml:"quorum-nodes"`
+	PostgresDSN      string `yaml:"postgres-dsn"`
+	PostgresStrategy string `yaml:"postgres-strategy"`
+	AdminListen      string `yaml:"admin-listen"`
+	RequirePass      string `yaml:"requirepass"`
+	LogLevel         string `yaml:"log-level"`
+	LogFormat        string `yaml:"log-format"`
+	MaxClients       int    `yaml:"max-clients"`
+	MaxRequestBytes  int64  `yaml:"max-request-bytes"`
+	MaxScriptBytes   int    `yaml:"max-script-bytes"`
+	ShutdownTimeout  string `yaml:"shutdown-timeout"`
+	ScriptTimeLimit  string `yaml:"script-time-limit"`
+}
+
+func defaults() Config {
+	return Config{
+		Listen: "127.0.0.1:6380", Backend: "memory", PostgresStrategy: "advisory",
+		AdminListen: "127.0.0.1:9121", LogLevel: "info", LogFormat: "text",
+		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
+		ShutdownTimeout: "10s", ScriptTimeLimit: "5s",
+	}
+}
+
+// options are the command line switches that are not configuration.
+type options struct {
+	configPath  string
+	checkConfig bool
+}
+
+// load builds the configuration from args and env (os.Environ form).
+func load(args []string, env []string, stderr io.Writer) (Config, options, error) {
+	var o options
+	fs := flag.NewFlagSet("lockproxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.configPath, "config", "", "YAML config file (default: config.yaml in the working directory if present)")
+	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit")
+	d := defaults()
+	flagVals := map[string]*string{}
+	for _, f := range fields(&d) {
+		v := new(string)
+		flagVals[f.name] = v
+		fs.StringVar(v, f.name, "", f.usage+" (default "+f.get()+")")
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, o, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, o, fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))
+	}
+
+	cfg := defaults()
+	path := o.configPath
+	if path == "" {
+		if _, err := os.Stat("config.yaml"); err == nil {
+			path = "config.yaml"
+		}
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, o, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return Config{}, o, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	envMap := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			envMap[k] = v
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, f := range fields(&cfg) {
+		envName := "LOCKPROXY_" + strings.ToUpper(strings.ReplaceAll(f.name, "-", "_"))
+		if v, ok := envMap[envName]; ok {
+			if err := f.set(v); err != nil {
+				return Config{}, o, fmt.Errorf("%s: %w", envName, err)
+			}
+		}
+		if set[f.name] {
+			if err := f.set(*flagVals[f.name]); err != nil {
+				return Config{}, o, fmt.Errorf("--%s: %w", f.name, err)
+			}
+		}
+	}
+	return cfg, o, nil
+}
+
+// validate returns every problem, each as "key: problem (fix)".
+func (c Config) validate() []string {
+	var probs []string
+	add := func(key, problem, fix string) { probs = append(probs, key+": "+problem+" ("+fix+")") }
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		add("listen", fmt.Sprintf("%q is not host:port", c.Listen), "e.g. 127.0.0.1:6380")
+	}
+	switch c.Backend {
+	case "memory":
+	case "quorum", "postgres":
+		add("backend", c.Backend+" is not implemented yet", "use memory")
+	default:
+		add("backend", fmt.Sprintf("unknown backend %q", c.Backend), "use memory, quorum or postgres")
+	}
+	if c.PostgresStrategy != "advisory" && c.PostgresStrategy != "lease" {
+		add("postgres-strategy", fmt.Sprintf("unknown strategy %q", c.PostgresStrategy), "use advisory or lease")
+	}
+	if c.AdminListen != "" {
+		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
+			add("admin-listen", fmt.Sprintf("%q is not host:port", c.AdminListen), "e.g. 127.0.0.1:9121, or empty to disable")
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log-level", fmt.Sprintf("unknown level %q", c.LogLevel), "use debug, info, warn or error")
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		add("log-format", fmt.Sprintf("unknown format %q", c.LogFormat), "use text or json")
+	}
+	if c.MaxClients <= 0 {
+		add("max-clients", fmt.Sprintf("%d is not positive", c.MaxClients), "e.g. 10000")
+	}
+	if c.MaxRequestBytes < 1024 {
+		add("max-request-bytes", fmt.Sprintf("%d is below 1024", c.MaxRequestBytes), "e.g. 8388608")
+	}
+	if c.MaxScriptBytes < 1024 {
+		add("max-script-bytes", fmt.Sprintf("%d is below 1024", c.MaxScriptBytes), "e.g. 1048576")
+	}
+	for key, v := range map[string]string{"shutdown-timeout": c.ShutdownTimeout, "script-time-limit": c.ScriptTimeLimit} {
+		if d, err := parseDuration(v); err != nil || d <= 0 {
+			add(key, fmt.Sprintf("%q is not a positive duration", v), "e.g. 10s or 500ms")
+		}
+	}
+	return probs
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// field is one configuration key with its flag name, usage and accessors.
+type field struct {
+	name, usage string
+	get         func() string
+	set         func(string) error
+}
+
+func str(name, usage string, p *string) field {
+	return field{name, usage, func() string { return *p }, func(v string) error { *p = v; return nil }}
+}
+
+func integer[T int | int64](name, usage string, p *T) field {
+	return field{name, usage, func() string { return strconv.FormatInt(int64(*p), 10) }, func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", v)
+		}
+		*p = T(n)
+		return nil
+	}}
+}
+
+// fields lists every configuration key of c, in the order of SPEC §4.
+func fields(c *Config) []field {
+	return []field{
+		str("listen", "RESP listener address", &c.Listen),
+		str("backend", "memory, quorum or postgres", &c.Backend),
+		str("quorum-nodes", "comma-separated host:port of the quorum nodes", &c.QuorumNodes),
+		str("postgres-dsn", "PostgreSQL connection string", &c.PostgresDSN),
+		str("postgres-strategy", "advisory or lease", &c.PostgresStrategy),
+		str("admin-listen", "HTTP admin address (/metrics, /healthz, /readyz); empty disables", &c.AdminListen),
+		str("requirepass", "password clients must AUTH with", &c.RequirePass),
+		str("log-level", "debug, info, warn or error", &c.LogLevel),
+		str("log-format", "text or json", &c.LogFormat),
+		integer("max-clients", "maximum concurrent clients", &c.MaxClients),
+		integer("max-request-bytes", "maximum bytes of one request", &c.MaxRequestBytes),
+		integer("max-script-bytes", "maximum bytes of one script", &c.MaxScriptBytes),
+		str("shutdown-timeout", "how long SIGTERM waits for in-flight commands", &c.ShutdownTimeout),
+		str("script-time-limit", "how long one script may run", &c.ScriptTimeLimit),
+	}
+}
+
+func parseDuration(s string) (time.Duration, error) { return time.ParseDuration(s) }

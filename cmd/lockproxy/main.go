@@ -1,0 +1,106 @@
+// Command lockproxy serves distributed locks to unmodified Redis clients.
+// See the README for its flags, its configuration file and its backends.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/lockproxy/lockproxy/luascripts"
+	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/proxy"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, errInvalidConfig):
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "lockproxy:", err)
+		os.Exit(1)
+	}
+}
+
+var errInvalidConfig = errors.New("invalid configuration")
+
+// run is lockproxy: it serves until ctx ends, then drains and returns.
+func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) error {
+	cfg, opts, err := load(args, env, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, err)
+			return errInvalidConfig
+		}
+		return err
+	}
+	if probs := cfg.validate(); len(probs) > 0 {
+		for _, p := range probs {
+			fmt.Fprintln(stderr, p)
+		}
+		return errInvalidConfig
+	}
+	if opts.checkConfig {
+		fmt.Fprintln(stdout, "configuration ok")
+		return nil
+	}
+	log := newLogger(cfg, stderr)
+	scriptLimit, _ := parseDuration(cfg.ScriptTimeLimit)
+	drain, _ := parseDuration(cfg.ShutdownTimeout)
+
+	runner := luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})
+	b := memory.New(memory.Config{Runner: runner})
+	defer b.Close(context.Background())
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := proxy.New(proxy.Config{
+		RequirePass: cfg.RequirePass, MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
+		MaxScriptBytes: cfg.MaxScriptBytes, BackendName: cfg.Backend, Logger: log,
+	}, b)
+	log.Info("lockproxy started", "backend", cfg.Backend, "listen", ln.Addr().String(),
+		"requirepass", cfg.RequirePass != "", "warning", "memory backend: single node, not HA; locks end with the process")
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining in-flight commands", "timeout", drain.String())
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("drain incomplete", "err", err)
+	}
+	if err := <-served; err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	level.UnmarshalText([]byte(cfg.LogLevel))
+	o := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}

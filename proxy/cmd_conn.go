@@ -1,0 +1,221 @@
+package proxy
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/lockproxy/lockproxy/luascripts"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/keycmd"
+)
+
+const msgHelloNoAuth = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+
+func cmdPing(cl *client, args [][]byte) backend.Value {
+	switch len(args) {
+	case 1:
+		return backend.Status("PONG")
+	case 2:
+		return backend.Bulk(args[1])
+	}
+	return backend.ErrorValue(backend.ErrWrongArgs("ping"))
+}
+
+func cmdEcho(cl *client, args [][]byte) backend.Value { return backend.Bulk(args[1]) }
+
+func cmdQuit(cl *client, args [][]byte) backend.Value {
+	cl.closeNow = true
+	return backend.OKValue
+}
+
+func cmdReset(cl *client, args [][]byte) backend.Value {
+	cl.db, cl.resp3, cl.name = 0, false, ""
+	cl.inMulti, cl.dirty, cl.queue = false, false, nil
+	cl.authed = cl.s.cfg.RequirePass == ""
+	return backend.Status("RESET")
+}
+
+func cmdSelect(cl *client, args [][]byte) backend.Value {
+	db, ok := keycmd.ParseInt(args[1])
+	if !ok {
+		return backend.ErrorValue(backend.MsgNotInteger)
+	}
+	if db < 0 || db >= keycmd.Databases {
+		return backend.ErrorValue(backend.MsgDBOutOfRange)
+	}
+	cl.db = int(db)
+	return backend.OKValue
+}
+
+// checkPass authenticates user/pass against the configuration: the default
+// user only, with the configured password, or any password when none is
+// configured (Redis's "nopass" default user).
+func (cl *client) checkPass(user, pass string) backend.Value {
+	want := cl.s.cfg.RequirePass
+	if user == "default" && (want == "" || pass == want) {
+		cl.authed = true
+		return backend.OKValue
+	}
+	return backend.ErrorValue(backend.MsgWrongPass)
+}
+
+func cmdAuth(cl *client, args [][]byte) backend.Value {
+	switch len(args) {
+	case 2:
+		if cl.s.cfg.RequirePass == "" {
+			return backend.ErrorValue(backend.MsgAuthNoPassword)
+		}
+		return cl.checkPass("default", string(args[1]))
+	case 3:
+		return cl.checkPass(string(args[1]), string(args[2]))
+	}
+	return backend.ErrorValue(backend.MsgSyntax)
+}
+
+func cmdHello(cl *client, args [][]byte) backend.Value {
+	proto := 0
+	if len(args) >= 2 {
+		n, ok := keycmd.ParseInt(args[1])
+		if !ok {
+			return backend.ErrorValue("ERR Protocol version is not an integer or out of range")
+		}
+		if n < 2 || n > 3 {
+			return backend.ErrorValue(backend.MsgNoProto)
+		}
+		proto = int(n)
+	}
+	var name []byte
+	setName := false
+	for j := 2; j < len(args); j++ {
+		more := len(args) - j - 1
+		switch {
+		case strings.EqualFold(string(args[j]), "auth") && more >= 2:
+			if v := cl.checkPass(string(args[j+1]), string(args[j+2])); v.Kind == backend.KindError {
+				return v
+			}
+			j += 2
+		case strings.EqualFold(string(args[j]), "setname") && more >= 1:
+			name, setName = args[j+1], true
+			j++
+		default:
+			return backend.ErrorValue("ERR Syntax error in HELLO option '" + string(args[j]) + "'")
+		}
+	}
+	if !cl.authed {
+		return backend.ErrorValue(msgHelloNoAuth)
+	}
+	if setName {
+		if !validName(name) {
+			return backend.ErrorValue(backend.MsgClientName)
+		}
+		cl.name = string(name)
+	}
+	if proto != 0 {
+		cl.resp3 = proto == 3
+	}
+	p := int64(2)
+	if cl.resp3 {
+		p = 3
+	}
+	return backend.Value{Kind: backend.KindMap, Elems: []backend.Value{
+		backend.BulkString("server"), backend.BulkString("redis"),
+		backend.BulkString("version"), backend.BulkString(luascripts.RedisVersion),
+		backend.BulkString("proto"), backend.Int(p),
+		backend.BulkString("id"), backend.Int(cl.id),
+		backend.BulkString("mode"), backend.BulkString("standalone"),
+		backend.BulkString("role"), backend.BulkString("master"),
+		backend.BulkString("modules"), backend.Array(),
+	}}
+}
+
+// validName reports whether a client name has no spaces, newlines or other
+// characters outside '!'..'~', as Redis requires.
+func validName(b []byte) bool {
+	for _, c := range b {
+		if c < '!' || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func cmdClient(cl *client, args [][]byte) backend.Value {
+	sub := lower(args[1])
+	wrong := func() backend.Value { return backend.ErrorValue(backend.ErrWrongArgs("client|" + sub)) }
+	switch sub {
+	case "setname":
+		if len(args) != 3 {
+			return wrong()
+		}
+		if !validName(args[2]) {
+			return backend.ErrorValue(backend.MsgClientName)
+		}
+		cl.name = string(args[2])
+		return backend.OKValue
+	case "getname":
+		if len(args) != 2 {
+			return wrong()
+		}
+		if cl.name == "" {
+			return backend.NilValue
+		}
+		return backend.BulkString(cl.name)
+	case "id":
+		if len(args) != 2 {
+			return wrong()
+		}
+		return backend.Int(cl.id)
+	case "setinfo":
+		if len(args) != 4 {
+			return wrong()
+		}
+		switch lower(args[2]) {
+		case "lib-name":
+			cl.libName = string(args[3])
+		case "lib-ver":
+			cl.libVer = string(args[3])
+		default:
+			return backend.ErrorValue("ERR Unrecognized option '" + string(args[2]) + "'")
+		}
+		return backend.OKValue
+	case "info":
+		if len(args) != 2 {
+			return wrong()
+		}
+		return backend.Value{Kind: backend.KindVerbatim, Str: []byte(cl.infoLine() + "\n")}
+	case "list":
+		var b strings.Builder
+		cl.s.mu.Lock()
+		for c := range cl.s.clients {
+			if c == cl {
+				b.WriteString(cl.infoLine() + "\n")
+			} else {
+				b.WriteString("id=" + strconv.FormatInt(c.id, 10) + " addr=" + c.conn.RemoteAddr() + "\n")
+			}
+		}
+		cl.s.mu.Unlock()
+		return backend.Value{Kind: backend.KindVerbatim, Str: []byte(b.String())}
+	case "no-evict", "no-touch", "reply":
+		if len(args) != 3 {
+			return wrong()
+		}
+		return backend.OKValue
+	case "help":
+		return backend.Array(
+			backend.Status("CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"),
+			backend.Status("GETNAME, SETNAME <name>, ID, INFO, LIST, SETINFO <LIB-NAME|LIB-VER> <value>, NO-EVICT, NO-TOUCH"),
+		)
+	}
+	return backend.ErrorValue(backend.ErrUnknownSubcommand("client", string(args[1])))
+}
+
+// infoLine is this client's CLIENT INFO line (the fields clients read).
+func (cl *client) infoLine() string {
+	resp := "2"
+	if cl.resp3 {
+		resp = "3"
+	}
+	return "id=" + strconv.FormatInt(cl.id, 10) + " addr=" + cl.conn.RemoteAddr() + " name=" + cl.name +
+		" db=" + strconv.Itoa(cl.db) + " multi=" + strconv.Itoa(map[bool]int{true: len(cl.queue), false: -1}[cl.inMulti]) +
+		" cmd=" + cl.lastCmd + " resp=" + resp + " lib-name=" + cl.libName + " lib-ver=" + cl.libVer
+}

@@ -1,0 +1,201 @@
+package proxy
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockproxy/lockproxy/luascripts"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/keycmd"
+)
+
+// cmdInfo answers INFO [section ...] with the fields clients read
+// (redis_version, loading; ioredis will not connect without them) and
+// lockproxy's own section.
+func cmdInfo(cl *client, args [][]byte) backend.Value {
+	want := map[string]bool{}
+	for _, a := range args[1:] {
+		want[lower(a)] = true
+	}
+	all := len(want) == 0 || want["all"] || want["default"] || want["everything"]
+	s := cl.s
+	var b strings.Builder
+	section := func(name string, lines ...string) {
+		if !all && !want[strings.ToLower(name)] {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString("# " + name + "\r\n")
+		for _, l := range lines {
+			b.WriteString(l + "\r\n")
+		}
+	}
+	up := time.Since(s.started)
+	port := ""
+	if a := s.Addr(); a != nil {
+		_, port, _ = strings.Cut(a.String(), "]:")
+		if port == "" {
+			_, port, _ = strings.Cut(a.String(), ":")
+		}
+	}
+	section("Server",
+		"redis_version:"+luascripts.RedisVersion,
+		"redis_mode:standalone",
+		"os:"+runtime.GOOS,
+		"arch_bits:64",
+		"process_id:"+strconv.Itoa(os.Getpid()),
+		"tcp_port:"+port,
+		"uptime_in_seconds:"+strconv.FormatInt(int64(up/time.Second), 10),
+		"uptime_in_days:"+strconv.FormatInt(int64(up/(24*time.Hour)), 10),
+		"executable:lockproxy",
+	)
+	section("Clients",
+		"connected_clients:"+strconv.Itoa(s.clientCount()),
+		"maxclients:"+strconv.Itoa(s.cfg.MaxClients),
+	)
+	section("Persistence", "loading:0", "async_loading:0", "rdb_bgsave_in_progress:0", "aof_enabled:0")
+	section("Stats",
+		"total_connections_received:"+strconv.FormatInt(s.stats.connections.Load(), 10),
+		"total_commands_processed:"+strconv.FormatInt(s.stats.commands.Load(), 10),
+	)
+	section("Replication", "role:master", "connected_slaves:0")
+	var ks []string
+	for db := range keycmd.Databases {
+		if n, err := s.b.DBSize(cl.ctx, db); err == nil && n > 0 {
+			ks = append(ks, fmt.Sprintf("db%d:keys=%d,expires=0,avg_ttl=0", db, n))
+		}
+	}
+	section("Keyspace", ks...)
+	section("Lockproxy",
+		"lockproxy_backend:"+s.cfg.BackendName,
+		"lockproxy_script_cache_entries:"+strconv.Itoa(s.scripts.len()),
+		"lockproxy_requirepass:"+strconv.FormatBool(s.cfg.RequirePass != ""),
+	)
+	return backend.Value{Kind: backend.KindVerbatim, Str: []byte(b.String())}
+}
+
+// cmdCommand answers COMMAND, COMMAND COUNT, COMMAND INFO and COMMAND DOCS
+// with enough for redis-cli and client libraries that ask.
+func cmdCommand(cl *client, args [][]byte) backend.Value {
+	if len(args) == 1 {
+		var out []backend.Value
+		for _, n := range commandNames() {
+			out = append(out, commandInfo(n))
+		}
+		return backend.Array(out...)
+	}
+	switch sub := lower(args[1]); sub {
+	case "count":
+		return backend.Int(int64(len(commandNames())))
+	case "info":
+		var out []backend.Value
+		for _, a := range args[2:] {
+			out = append(out, commandInfo(lower(a)))
+		}
+		return backend.Array(out...)
+	case "docs":
+		return backend.Value{Kind: backend.KindMap, Elems: []backend.Value{}}
+	case "list":
+		var out []backend.Value
+		for _, n := range commandNames() {
+			out = append(out, backend.BulkString(n))
+		}
+		return backend.Array(out...)
+	case "help":
+		return backend.Array(backend.Status("COMMAND [COUNT | DOCS | INFO | LIST]"))
+	default:
+		return backend.ErrorValue(backend.ErrUnknownSubcommand("command", string(args[1])))
+	}
+}
+
+// keyCommandNames lists keycmd's table (kept here to answer COMMAND).
+var keyCommandNames = []string{"get", "set", "setnx", "setex", "psetex", "getdel", "mget", "mset", "msetnx",
+	"getrange", "del", "unlink", "exists", "dbsize", "delifeq", "delex", "expire", "pexpire", "expireat",
+	"pexpireat", "ttl", "pttl", "persist"}
+
+func commandNames() []string {
+	names := append([]string(nil), keyCommandNames...)
+	for n := range arities {
+		names = append(names, n)
+	}
+	return names
+}
+
+// commandInfo is one COMMAND INFO entry: name, arity, flags, first key,
+// last key, step, ACL categories, tips, key specs, subcommands.
+func commandInfo(name string) backend.Value {
+	arity, first, last, step := 0, 0, 0, 0
+	var flags []backend.Value
+	if kc := keycmd.Lookup([]byte(name)); kc != nil {
+		arity, first, last, step = kc.Arity, 1, 1, 1
+		if kc.Write {
+			flags = append(flags, backend.Status("write"))
+		} else {
+			flags = append(flags, backend.Status("readonly"))
+		}
+		switch name {
+		case "mget", "del", "unlink", "exists":
+			last = -1
+		case "mset", "msetnx":
+			last, step = -1, 2
+		case "dbsize":
+			first, last, step = 0, 0, 0
+		}
+	} else if a, ok := arities[name]; ok {
+		arity = a
+	} else {
+		return backend.NilValue
+	}
+	return backend.Array(backend.BulkString(name), backend.Int(int64(arity)), backend.Array(flags...),
+		backend.Int(int64(first)), backend.Int(int64(last)), backend.Int(int64(step)),
+		backend.Array(), backend.Array(), backend.Array(), backend.Array())
+}
+
+// configParams are the parameters CONFIG GET reports (redis-benchmark asks
+// for save and appendonly).
+var configParams = [][2]string{
+	{"save", ""}, {"appendonly", "no"}, {"databases", strconv.Itoa(keycmd.Databases)},
+	{"maxmemory-policy", "noeviction"}, {"maxmemory", "0"}, {"appendfsync", "everysec"},
+	{"timeout", "0"}, {"lua-time-limit", "5000"}, {"busy-reply-threshold", "5000"},
+}
+
+func cmdConfig(cl *client, args [][]byte) backend.Value {
+	switch sub := lower(args[1]); sub {
+	case "get":
+		if len(args) < 3 {
+			return backend.ErrorValue(backend.ErrWrongArgs("config|get"))
+		}
+		var out []backend.Value
+		seen := map[string]bool{}
+		for _, pat := range args[2:] {
+			for _, p := range configParams {
+				if ok, _ := path.Match(strings.ToLower(string(pat)), p[0]); ok && !seen[p[0]] {
+					seen[p[0]] = true
+					out = append(out, backend.BulkString(p[0]), backend.BulkString(p[1]))
+				}
+			}
+		}
+		return backend.Value{Kind: backend.KindMap, Elems: append([]backend.Value{}, out...)}
+	case "set":
+		if len(args) < 4 {
+			return backend.ErrorValue(backend.ErrWrongArgs("config|set"))
+		}
+		return backend.ErrorValue("ERR Unknown option or number of arguments for CONFIG SET - '" + string(args[2]) + "'")
+	case "resetstat":
+		return backend.OKValue
+	}
+	return backend.ErrorValue(backend.ErrUnknownSubcommand("config", string(args[1])))
+}
+
+func cmdTime(cl *client, args [][]byte) backend.Value {
+	now := time.Now()
+	return backend.Array(backend.BulkString(strconv.FormatInt(now.Unix(), 10)),
+		backend.BulkString(strconv.Itoa(now.Nanosecond()/1000)))
+}

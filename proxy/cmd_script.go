@@ -1,0 +1,163 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/lockproxy/lockproxy/luascripts"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/keycmd"
+)
+
+// scriptCache maps SHA1 to source for EVALSHA, shared by all connections.
+// It holds at most max bytes of source; past that it starts over.
+type scriptCache struct {
+	mu    sync.RWMutex
+	max   int
+	bytes int
+	m     map[string]string
+}
+
+func newScriptCache(max int) *scriptCache { return &scriptCache{max: max, m: make(map[string]string)} }
+
+func (c *scriptCache) get(sha string) (string, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	src, ok := c.m[sha]
+	return src, ok
+}
+
+func (c *scriptCache) add(sha, src string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[sha]; ok {
+		return
+	}
+	if c.bytes+len(src) > c.max {
+		clear(c.m)
+		c.bytes = 0
+	}
+	c.m[sha] = src
+	c.bytes += len(src)
+}
+
+func (c *scriptCache) flush() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.m)
+	c.bytes = 0
+}
+
+func (c *scriptCache) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m)
+}
+
+// load compiles src and caches it, returning its SHA1.
+func (s *Server) load(src []byte) (string, backend.Value, bool) {
+	if len(src) > s.cfg.MaxScriptBytes {
+		return "", backend.ErrorValue("ERR script is larger than max-script-bytes"), false
+	}
+	sha := luascripts.SHA1(string(src))
+	if _, ok := s.scripts.get(sha); ok {
+		return sha, backend.Value{}, true
+	}
+	if err := luascripts.Compile(string(src)); err != nil {
+		var v backend.Value
+		if re, ok := err.(*backend.ReplyError); ok {
+			v = backend.ErrorValue(re.Reply)
+		} else {
+			v = backend.ErrorValue(backend.MsgInternal)
+		}
+		return "", v, false
+	}
+	s.scripts.add(sha, string(src))
+	return sha, backend.Value{}, true
+}
+
+// cmdEval is EVAL, EVALSHA, EVAL_RO and EVALSHA_RO script numkeys key… arg….
+func cmdEval(cl *client, args [][]byte) backend.Value {
+	name := lower(args[0])
+	n, ok := keycmd.ParseInt(args[2])
+	switch {
+	case !ok:
+		return backend.ErrorValue(backend.MsgNotInteger)
+	case n < 0:
+		return backend.ErrorValue(backend.MsgNumKeysNegative)
+	case n > int64(len(args)-3):
+		return backend.ErrorValue(backend.MsgNumKeysTooBig)
+	}
+	var sc backend.Script
+	if strings.HasPrefix(name, "evalsha") {
+		sc.SHA1 = strings.ToLower(string(args[1]))
+		src, ok := cl.s.scripts.get(sc.SHA1)
+		if !ok {
+			return backend.ErrorValue(backend.MsgNoScript)
+		}
+		sc.Src = src
+	} else {
+		sha, bad, ok := cl.s.load(args[1])
+		if !ok {
+			return bad
+		}
+		sc = backend.Script{SHA1: sha, Src: string(args[1])}
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = string(args[3+i])
+	}
+	argv := cloneArgs(args[3+n:])
+	return cl.eval(name, sc, keys, argv, strings.HasSuffix(name, "_ro"))
+}
+
+func (cl *client) eval(name string, sc backend.Script, keys []string, argv [][]byte, ro bool) backend.Value {
+	ctx, cancel := context.WithTimeout(cl.ctx, cl.s.cfg.CommandTimeout)
+	defer cancel()
+	v, err := cl.s.b.Eval(ctx, cl.db, sc, keys, argv, ro)
+	if err != nil {
+		return cl.errorValue(name, err)
+	}
+	return v
+}
+
+func cmdScript(cl *client, args [][]byte) backend.Value {
+	sub := lower(args[1])
+	switch sub {
+	case "load":
+		if len(args) != 3 {
+			return backend.ErrorValue(backend.ErrWrongArgs("script|load"))
+		}
+		sha, bad, ok := cl.s.load(args[2])
+		if !ok {
+			return bad
+		}
+		return backend.BulkString(sha)
+	case "exists":
+		if len(args) < 3 {
+			return backend.ErrorValue(backend.ErrWrongArgs("script|exists"))
+		}
+		out := make([]backend.Value, 0, len(args)-2)
+		for _, a := range args[2:] {
+			_, ok := cl.s.scripts.get(strings.ToLower(string(a)))
+			out = append(out, backend.Bool(ok))
+		}
+		return backend.Array(out...)
+	case "flush":
+		if len(args) > 3 {
+			return backend.ErrorValue(backend.ErrWrongArgs("script|flush"))
+		}
+		if len(args) == 3 && lower(args[2]) != "sync" && lower(args[2]) != "async" {
+			return backend.ErrorValue("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+		}
+		cl.s.scripts.flush()
+		return backend.OKValue
+	case "kill":
+		return backend.ErrorValue("NOTBUSY No scripts in execution right now.")
+	case "help":
+		return backend.Array(backend.Status("SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"),
+			backend.Status("EXISTS <sha1> [<sha1> ...], FLUSH [ASYNC|SYNC], KILL, LOAD <script>"))
+	}
+	return backend.ErrorValue(backend.ErrUnknownSubcommand("script", string(args[1])))
+}

@@ -1,0 +1,192 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/keycmd"
+)
+
+// client is one connection's state. Only its connection's goroutine touches
+// it, except wake and cancel.
+type client struct {
+	s       *Server
+	id      int64
+	conn    redcon.Conn
+	ctx     context.Context // ends when the connection closes or the drain times out
+	cancel  context.CancelFunc
+	created time.Time
+
+	db       int
+	resp3    bool
+	authed   bool
+	name     string
+	libName  string
+	libVer   string
+	lastCmd  string
+	inMulti  bool
+	dirty    bool // a command failed to queue: EXEC aborts
+	queue    [][][]byte
+	closeNow bool // QUIT: close after the reply
+
+	buf []byte // reply scratch
+}
+
+func newClient(s *Server, conn redcon.Conn) *client {
+	ctx, cancel := context.WithCancel(s.ctx)
+	return &client{
+		s: s, id: s.nextID.Add(1), conn: conn, ctx: ctx, cancel: cancel, created: time.Now(),
+		authed: s.cfg.RequirePass == "",
+	}
+}
+
+// wake makes an idle connection's read return, so a draining server can
+// close it once its last batch is answered.
+func (cl *client) wake() {
+	if nc := cl.conn.NetConn(); nc != nil {
+		nc.SetReadDeadline(time.Now())
+	}
+}
+
+// serveRESP is redcon's handler: one command, one reply.
+func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
+	cl, _ := conn.Context().(*client)
+	if cl == nil {
+		conn.WriteError(backend.MsgInternal)
+		conn.Close()
+		return
+	}
+	if lc, ok := conn.NetConn().(*limitConn); ok {
+		lc.progress()
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("panic serving a command", "conn_id", cl.id, "cmd", cl.lastCmd, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			conn.WriteError(backend.MsgInternal)
+			conn.Close()
+		}
+	}()
+	s.stats.commands.Add(1)
+	v := cl.command(cmd.Args)
+	cl.buf = appendValue(cl.buf[:0], v, cl.resp3)
+	conn.WriteRaw(cl.buf)
+	if len(cl.buf) > 64<<10 {
+		cl.buf = nil // do not keep a big reply's buffer per connection
+	}
+	if cl.closeNow {
+		conn.Close()
+	}
+}
+
+// handler runs one connection-level command.
+type handler func(cl *client, args [][]byte) backend.Value
+
+// commands are the commands served by the proxy itself; every other name
+// is a key command (keycmd) or unknown.
+var commands map[string]handler
+
+func init() {
+	// Assigned in init only because the handlers refer back to the table
+	// (EXEC runs queued commands through it); nothing else happens here.
+	commands = map[string]handler{
+		"ping": cmdPing, "echo": cmdEcho, "quit": cmdQuit, "reset": cmdReset, "select": cmdSelect,
+		"auth": cmdAuth, "hello": cmdHello, "client": cmdClient, "info": cmdInfo, "command": cmdCommand,
+		"config": cmdConfig, "time": cmdTime,
+		"eval": cmdEval, "evalsha": cmdEval, "eval_ro": cmdEval, "evalsha_ro": cmdEval, "script": cmdScript,
+		"multi": cmdMulti, "exec": cmdExec, "discard": cmdDiscard,
+	}
+}
+
+// noAuthCommands may run before AUTH, as in Redis.
+var noAuthCommands = map[string]bool{"auth": true, "hello": true, "quit": true, "reset": true}
+
+// arities of the proxy's own commands, in Redis's convention.
+var arities = map[string]int{
+	"ping": -1, "echo": 2, "quit": -1, "reset": 1, "select": 2, "auth": -2, "hello": -1, "client": -2,
+	"info": -1, "command": -1, "config": -2, "time": 1, "eval": -3, "evalsha": -3, "eval_ro": -3,
+	"evalsha_ro": -3, "script": -2, "multi": 1, "exec": 1, "discard": 1,
+}
+
+func arityOK(arity, n int) bool {
+	if arity >= 0 {
+		return n == arity
+	}
+	return n >= -arity
+}
+
+func lower(b []byte) string { return strings.ToLower(string(b)) }
+
+// command runs one command from the client, inside or outside MULTI.
+func (cl *client) command(args [][]byte) backend.Value {
+	name := lower(args[0])
+	cl.lastCmd = name
+	h, isConn := commands[name]
+	kc := keycmd.Lookup(args[0])
+	if !isConn && kc == nil {
+		cl.dirty = cl.inMulti
+		return backend.ErrorValue(backend.ErrUnknownCommand(string(args[0]), args[1:]))
+	}
+	if (isConn && !arityOK(arities[name], len(args))) || (kc != nil && !kc.ArityOK(len(args))) {
+		cl.dirty = cl.inMulti
+		return backend.ErrorValue(backend.ErrWrongArgs(name))
+	}
+	if !cl.authed && !noAuthCommands[name] {
+		cl.dirty = cl.inMulti
+		return backend.ErrorValue(backend.MsgNoAuth)
+	}
+	if cl.inMulti && name != "exec" && name != "discard" && name != "multi" && name != "quit" && name != "reset" {
+		cl.queue = append(cl.queue, cloneArgs(args))
+		return backend.QueuedValue
+	}
+	if isConn {
+		return h(cl, args)
+	}
+	return cl.keyCommand(kc, args)
+}
+
+func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
+	ctx, cancel := context.WithTimeout(cl.ctx, cl.s.cfg.CommandTimeout)
+	defer cancel()
+	v, err := kc.Exec(ctx, cl.s.b, cl.db, args)
+	if err != nil {
+		return cl.errorValue(kc.Name, err)
+	}
+	return v
+}
+
+// errorValue maps a failure to its reply: the one place that does it.
+func (cl *client) errorValue(cmd string, err error) backend.Value {
+	var re *backend.ReplyError
+	switch {
+	case errors.As(err, &re):
+		return backend.ErrorValue(re.Reply)
+	case errors.Is(err, context.DeadlineExceeded):
+		return backend.ErrorValue(fmt.Sprintf("TRYAGAIN %s timed out after %s", cmd, cl.s.cfg.CommandTimeout))
+	case errors.Is(err, context.Canceled):
+		return backend.ErrorValue("TRYAGAIN " + cmd + " cancelled: the server is shutting down")
+	}
+	cl.s.log.Error("command failed", "conn_id", cl.id, "cmd", cmd, "err", err)
+	return backend.ErrorValue(backend.MsgInternal)
+}
+
+func cloneArgs(args [][]byte) [][]byte {
+	out := make([][]byte, len(args))
+	for i, a := range args {
+		out[i] = append([]byte(nil), a...)
+	}
+	return out
+}
+
+func (cl *client) debug(msg string, args ...any) {
+	if cl.s.log.Enabled(cl.ctx, slog.LevelDebug) {
+		cl.s.log.Debug(msg, append([]any{"conn_id", cl.id}, args...)...)
+	}
+}

@@ -1,0 +1,247 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// Config configures a Server. Zero values mean the documented defaults.
+type Config struct {
+	// RequirePass makes clients AUTH before anything else. default: none
+	RequirePass string
+	// MaxClients bounds concurrent connections. default: 10000 (as Redis)
+	MaxClients int
+	// MaxRequestBytes bounds what a client may send without completing a
+	// command. default: 8 MiB
+	MaxRequestBytes int64
+	// MaxScriptBytes bounds one script's source. default: 1 MiB
+	MaxScriptBytes int
+	// MaxScriptCacheBytes bounds the script cache. default: 64 MiB
+	MaxScriptCacheBytes int
+	// CommandTimeout bounds one command, backend work included. default: 10s
+	CommandTimeout time.Duration
+	// BackendName is reported by INFO. default: "memory"
+	BackendName string
+	// Logger receives errors and, at debug level, per-command lines.
+	// default: discard
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxClients <= 0 {
+		c.MaxClients = 10000
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = 8 << 20
+	}
+	if c.MaxScriptBytes <= 0 {
+		c.MaxScriptBytes = 1 << 20
+	}
+	if c.MaxScriptCacheBytes <= 0 {
+		c.MaxScriptCacheBytes = 64 << 20
+	}
+	if c.CommandTimeout <= 0 {
+		c.CommandTimeout = 10 * time.Second
+	}
+	if c.BackendName == "" {
+		c.BackendName = "memory"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// Server serves RESP clients from a Backend. It is safe for concurrent use.
+// Serve runs until Shutdown; the Server never closes the Backend.
+type Server struct {
+	cfg     Config
+	b       backend.Backend
+	log     *slog.Logger
+	scripts *scriptCache
+	started time.Time
+
+	ctx    context.Context // cancelled when the drain times out
+	cancel context.CancelFunc
+
+	nextID   atomic.Int64
+	mu       sync.Mutex
+	clients  map[*client]struct{}
+	ln       *drainListener
+	draining bool
+	idle     chan struct{} // closed when draining and no client is left
+
+	stats struct {
+		connections atomic.Int64
+		commands    atomic.Int64
+	}
+}
+
+// New returns a Server for b.
+func New(cfg Config, b backend.Backend) *Server {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		cfg: cfg, b: b, log: cfg.Logger, scripts: newScriptCache(cfg.MaxScriptCacheBytes),
+		started: time.Now(), ctx: ctx, cancel: cancel,
+		clients: make(map[*client]struct{}), idle: make(chan struct{}),
+	}
+}
+
+// Serve accepts clients on ln until Shutdown, then returns nil.
+func (s *Server) Serve(ln net.Listener) error {
+	dl := &drainListener{Listener: ln, done: make(chan struct{}), max: s.cfg.MaxRequestBytes}
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return nil
+	}
+	s.ln = dl
+	s.mu.Unlock()
+	srv := redcon.NewServerNetwork("", "", s.serveRESP, s.accept, s.closed)
+	err := srv.Serve(dl)
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// Addr returns the address Serve listens on, or nil before Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Shutdown stops accepting, lets the commands every client already sent
+// finish and their replies reach the client, and closes the connections.
+// If ctx ends first, running commands are cancelled and the connections
+// closed at once; Shutdown then returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.draining {
+		s.draining = true
+		if s.ln != nil {
+			s.ln.Listener.Close() // stop accepting; redcon's loop waits in drainListener
+		}
+		for cl := range s.clients {
+			cl.wake() // idle readers return, busy ones finish their batch first
+		}
+		if len(s.clients) == 0 {
+			close(s.idle)
+		}
+	}
+	dl := s.ln
+	s.mu.Unlock()
+
+	var err error
+	select {
+	case <-s.idle:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.cancel()
+	}
+	if dl != nil {
+		dl.release() // redcon's accept loop ends and closes what is left
+	}
+	return err
+}
+
+func (s *Server) accept(conn redcon.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	if len(s.clients) >= s.cfg.MaxClients {
+		conn.WriteError(backend.MsgMaxClients)
+		return false // redcon flushes the reply and closes
+	}
+	cl := newClient(s, conn)
+	s.clients[cl] = struct{}{}
+	conn.SetContext(cl)
+	s.stats.connections.Add(1)
+	return true
+}
+
+func (s *Server) closed(conn redcon.Conn, err error) {
+	cl, _ := conn.Context().(*client)
+	if cl == nil {
+		return
+	}
+	cl.cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.clients, cl)
+	if s.draining && len(s.clients) == 0 {
+		select {
+		case <-s.idle:
+		default:
+			close(s.idle)
+		}
+	}
+}
+
+func (s *Server) clientCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.clients)
+}
+
+// drainListener lets Shutdown close the real listener without ending
+// redcon's accept loop (which would close every connection at once): after
+// the listener fails, Accept waits for release.
+type drainListener struct {
+	net.Listener
+	max  int64
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *drainListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.done
+		return nil, net.ErrClosed
+	}
+	return &limitConn{Conn: c, max: l.max}, nil
+}
+
+func (l *drainListener) release() { l.once.Do(func() { close(l.done) }) }
+
+// limitConn bounds how much a client may send without completing a command
+// (redcon buffers a partial command without limit). The handler calls
+// progress after every command.
+type limitConn struct {
+	net.Conn
+	max     int64
+	pending int64 // only touched by the connection's own goroutine
+}
+
+// errTooBig is the reply to a request over MaxRequestBytes.
+var errTooBig = errors.New("request larger than max-request-bytes")
+
+func (c *limitConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.pending += int64(n)
+	if c.pending > c.max {
+		c.Conn.Write([]byte("-ERR Protocol error: request larger than max-request-bytes\r\n"))
+		return n, errTooBig
+	}
+	return n, err
+}
+
+func (c *limitConn) progress() { c.pending = 0 }
