@@ -135,12 +135,10 @@ func (cl *client) command(args [][]byte) backend.Value {
 		return backend.ErrorValue(backend.ErrUnknownCommand(string(args[0]), args[1:]))
 	}
 	if (isConn && !arityOK(arities[name], len(args))) || (kc != nil && !kc.ArityOK(len(args))) {
-		cl.dirty = cl.inMulti
-		return backend.ErrorValue(backend.ErrWrongArgs(name))
+		return cl.reject(name, backend.ErrWrongArgs(name))
 	}
 	if !cl.authed && !noAuthCommands[name] {
-		cl.dirty = cl.inMulti
-		return backend.ErrorValue(backend.MsgNoAuth)
+		return cl.reject(name, backend.MsgNoAuth)
 	}
 	if cl.inMulti && name != "exec" && name != "discard" && name != "multi" && name != "quit" && name != "reset" {
 		cl.queue = append(cl.queue, cloneArgs(args))
@@ -150,6 +148,18 @@ func (cl *client) command(args [][]byte) backend.Value {
 		return h(cl, args)
 	}
 	return cl.keyCommand(kc, args)
+}
+
+// reject answers a command refused before it ran. As in Redis, a refused
+// command inside MULTI makes EXEC fail, and a refused EXEC ends the
+// transaction with EXECABORT naming the reason.
+func (cl *client) reject(name, reply string) backend.Value {
+	if name == "exec" {
+		cl.inMulti, cl.dirty, cl.queue = false, false, nil
+		return backend.ErrorValue("EXECABORT Transaction discarded because of: " + strings.TrimPrefix(reply, "ERR "))
+	}
+	cl.dirty = cl.inMulti
+	return backend.ErrorValue(reply)
 }
 
 func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {

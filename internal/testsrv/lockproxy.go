@@ -1,0 +1,44 @@
+package testsrv
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/proxy"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// StartLockproxy serves b in process on a free 127.0.0.1 port and returns
+// its address. When the test ends the proxy drains and b is closed.
+func StartLockproxy(t testing.TB, cfg proxy.Config, b backend.Backend) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	srv := proxy.New(cfg, b)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("lockproxy shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("lockproxy serve: %v", err)
+		}
+		b.Close(ctx)
+	})
+	return ln.Addr().String()
+}
+
+// StartMemoryProxy serves a fresh memory backend with the default proxy
+// configuration and returns its address.
+func StartMemoryProxy(t testing.TB) string {
+	t.Helper()
+	return StartLockproxy(t, proxy.Config{}, memory.New(memory.Config{}))
+}
