@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# test.sh runs lockproxy's whole test suite on a Debian machine with Go.
+# It installs what the tests need when it is missing (redis-server,
+# redis-cli/redis-benchmark, python3-redis, node and the node client
+# libraries from tests/node/package-lock.json), then vets and runs every test
+# with the race detector. The tests start their own servers on free
+# loopback ports; a Redis or PostgreSQL already running is left alone.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+{ command -v redis-cli && command -v redis-benchmark; } >/dev/null || missing+=(redis-tools)
+/usr/bin/python3 -c 'import redis' 2>/dev/null || missing+=(python3-redis)
+{ command -v node && command -v npm; } >/dev/null || missing+=(nodejs npm)
+if ((${#missing[@]})); then
+	echo "test.sh: installing ${missing[*]}"
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/node/node_modules ]; then
+	(cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+go vet ./...
+go test -race -count=1 -timeout 25m ./...

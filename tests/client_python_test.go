@@ -1,0 +1,29 @@
+package tests
+
+import (
+	"os/exec"
+	"testing"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+)
+
+// clientPython runs a python script from tests/python with Debian's
+// python3 (which has python3-redis) against addr.
+func clientPython(t *testing.T, script, addr string) {
+	t.Helper()
+	py := testsrv.Need(t, "/usr/bin/python3")
+	if err := exec.Command(py, "-c", "import redis").Run(); err != nil {
+		testsrv.Need(t, "python3-redis (apt-get install python3-redis)")
+	}
+	out, err := exec.CommandContext(t.Context(), py, "python/"+script, addr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s against %s: %v\n%s", script, addr, err, out)
+	}
+	t.Logf("%s", out)
+}
+
+func TestRedisPyLock(t *testing.T) {
+	t.Parallel()
+	t.Run("redis", func(t *testing.T) { clientPython(t, "redis_py_lock.py", testsrv.StartRedis(t).Addr) })
+	t.Run("lockproxy", func(t *testing.T) { clientPython(t, "redis_py_lock.py", testsrv.StartMemoryProxy(t)) })
+}
