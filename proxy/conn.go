@@ -65,7 +65,7 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 		return
 	}
 	if lc, ok := conn.NetConn().(*limitConn); ok {
-		lc.progress()
+		lc.progress(len(cmd.Raw))
 	}
 	defer func() {
 		if p := recover(); p != nil {

@@ -223,25 +223,36 @@ func (l *drainListener) Accept() (net.Conn, error) {
 func (l *drainListener) release() { l.once.Do(func() { close(l.done) }) }
 
 // limitConn bounds how much a client may send without completing a command
-// (redcon buffers a partial command without limit). The handler calls
-// progress after every command.
+// (redcon buffers a partial command without limit): the bytes read minus
+// the bytes of the commands handed out must stay within max. The handler
+// reports each command's size through consumed. Both counters belong to
+// the connection's own goroutine.
 type limitConn struct {
 	net.Conn
-	max     int64
-	pending int64 // only touched by the connection's own goroutine
+	max      int64
+	read     int64
+	consumed int64
 }
 
 // errTooBig is the reply to a request over MaxRequestBytes.
 var errTooBig = errors.New("request larger than max-request-bytes")
 
+// Read checks before reading: redcon reads only once it has handed out
+// every complete command it holds, so what is unconsumed then is one
+// partial command, and the buffer stays within about twice max.
 func (c *limitConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.pending += int64(n)
-	if c.pending > c.max {
+	if c.read-c.consumed > c.max {
 		c.Conn.Write([]byte("-ERR Protocol error: request larger than max-request-bytes\r\n"))
-		return n, errTooBig
+		return 0, errTooBig
 	}
+	n, err := c.Conn.Read(p)
+	c.read += int64(n)
 	return n, err
 }
 
-func (c *limitConn) progress() { c.pending = 0 }
+// progress records a command of n bytes taken from the stream. An inline
+// command's RESP form is longer than what was read: never count more than
+// was read.
+func (c *limitConn) progress(n int) {
+	c.consumed = min(c.consumed+int64(n), c.read)
+}

@@ -1,0 +1,353 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/proxy"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// hookBackend is the memory backend with a hook before Get and Set, to
+// inject panics and slow operations.
+type hookBackend struct {
+	*memory.Backend
+	hook func(ctx context.Context, key string) error
+}
+
+func (h *hookBackend) Get(ctx context.Context, db int, key string) ([]byte, bool, error) {
+	if err := h.hook(ctx, key); err != nil {
+		return nil, false, err
+	}
+	return h.Backend.Get(ctx, db, key)
+}
+
+func (h *hookBackend) Set(ctx context.Context, db int, key string, tok []byte, o backend.SetOptions) (backend.SetResult, error) {
+	if err := h.hook(ctx, key); err != nil {
+		return backend.SetResult{}, err
+	}
+	return h.Backend.Set(ctx, db, key, tok, o)
+}
+
+type server struct {
+	srv    *proxy.Server
+	addr   string
+	served chan error
+}
+
+func start(t *testing.T, cfg proxy.Config, b backend.Backend) *server {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{srv: proxy.New(cfg, b), addr: ln.Addr().String(), served: make(chan error, 1)}
+	go func() { s.served <- s.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.srv.Shutdown(ctx)
+		<-s.served
+		b.Close(ctx)
+	})
+	return s
+}
+
+func startMemory(t *testing.T, cfg proxy.Config) *server {
+	return start(t, cfg, memory.New(memory.Config{}))
+}
+
+type rawConn struct {
+	net.Conn
+	rd *bufio.Reader
+}
+
+func dial(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return &rawConn{Conn: c, rd: bufio.NewReader(c)}
+}
+
+func (c *rawConn) send(s string) {
+	if _, err := io.WriteString(c, s); err != nil {
+		panic(err)
+	}
+}
+
+func (c *rawConn) line(t *testing.T) string {
+	t.Helper()
+	l, err := c.rd.ReadString('\n')
+	if err != nil {
+		t.Fatalf("read: %v (got %q)", err, l)
+	}
+	return l
+}
+
+// closed reports whether the server closed the connection.
+func (c *rawConn) closed() bool {
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := c.rd.ReadByte()
+	return err != nil
+}
+
+func TestPipeliningAndInline(t *testing.T) {
+	s := startMemory(t, proxy.Config{})
+	c := dial(t, s.addr)
+	var req, want strings.Builder
+	for i := range 200 {
+		req.WriteString("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n" + string(rune('a'+i%26)) + "\r\n")
+		req.WriteString("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+		want.WriteString("+OK\r\n$1\r\n" + string(rune('a'+i%26)) + "\r\n")
+	}
+	req.WriteString("PING\r\nSET inline \"a b\"\r\nGET inline\r\n")
+	want.WriteString("+PONG\r\n+OK\r\n$3\r\na b\r\n")
+	c.send(req.String())
+	got := make([]byte, want.Len())
+	if _, err := io.ReadFull(c.rd, got); err != nil {
+		t.Fatalf("read replies: %v (got %q)", err, got)
+	}
+	if string(got) != want.String() {
+		t.Fatalf("pipelined replies out of order or wrong:\n got %q\nwant %q", got, want.String())
+	}
+}
+
+func TestGoRedisBothProtocols(t *testing.T) {
+	s := startMemory(t, proxy.Config{})
+	for _, p := range []int{2, 3} {
+		rdb := redis.NewClient(&redis.Options{Addr: s.addr, Protocol: p})
+		ctx := t.Context()
+		if err := rdb.Set(ctx, "k", "v", time.Minute).Err(); err != nil {
+			t.Fatalf("RESP%d SET: %v", p, err)
+		}
+		if v, err := rdb.Get(ctx, "k").Result(); v != "v" || err != nil {
+			t.Fatalf("RESP%d GET = %q, %v", p, v, err)
+		}
+		if _, err := rdb.Get(ctx, "absent").Result(); !errors.Is(err, redis.Nil) {
+			t.Fatalf("RESP%d GET absent = %v", p, err)
+		}
+		if v, err := rdb.Eval(ctx, "return true", nil).Result(); err != nil || v != int64(1) {
+			t.Fatalf("RESP%d EVAL true = %v, %v", p, v, err)
+		}
+		rdb.Close()
+	}
+}
+
+func TestRequirePass(t *testing.T) {
+	s := startMemory(t, proxy.Config{RequirePass: "s3cret"})
+	c := dial(t, s.addr)
+	for _, step := range []struct{ req, want string }{
+		{"GET k\r\n", "-NOAUTH Authentication required.\r\n"},
+		{"NOSUCH\r\n", "-ERR unknown command 'NOSUCH', with args beginning with: \r\n"},
+		{"AUTH wrong\r\n", "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
+		{"AUTH other s3cret\r\n", "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
+		{"HELLO 3\r\n", "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n"},
+		{"AUTH s3cret\r\n", "+OK\r\n"},
+		{"GET k\r\n", "$-1\r\n"},
+	} {
+		c.send(step.req)
+		if got := c.line(t); got != step.want {
+			t.Errorf("%q = %q; want %q", step.req, got, step.want)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr, Password: "s3cret", Protocol: 3})
+	defer rdb.Close()
+	if err := rdb.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("go-redis with the password (HELLO 3 AUTH): %v", err)
+	}
+	bad := redis.NewClient(&redis.Options{Addr: s.addr, Password: "nope"})
+	defer bad.Close()
+	if err := bad.Ping(t.Context()).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("go-redis with a wrong password = %v; want WRONGPASS", err)
+	}
+}
+
+func TestMaxClients(t *testing.T) {
+	s := startMemory(t, proxy.Config{MaxClients: 2})
+	a, b := dial(t, s.addr), dial(t, s.addr)
+	for _, c := range []*rawConn{a, b} {
+		c.send("PING\r\n")
+		if got := c.line(t); got != "+PONG\r\n" {
+			t.Fatalf("PING = %q", got)
+		}
+	}
+	third := dial(t, s.addr)
+	if got := third.line(t); got != "-ERR max number of clients reached\r\n" {
+		t.Fatalf("third client got %q", got)
+	}
+	if !third.closed() {
+		t.Fatal("the refused client was not closed")
+	}
+	a.Close()
+	// Once a client leaves, a new one is served again.
+	var d *rawConn
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		d = dial(t, s.addr)
+		d.send("PING\r\n")
+		if l, _ := d.rd.ReadString('\n'); l == "+PONG\r\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no room for a new client after one left")
+		}
+	}
+}
+
+func TestMaxRequestBytes(t *testing.T) {
+	s := startMemory(t, proxy.Config{MaxRequestBytes: 4096, MaxScriptBytes: 1024})
+	c := dial(t, s.addr)
+	c.send("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100000\r\n" + strings.Repeat("x", 8192))
+	if got := c.line(t); got != "-ERR Protocol error: request larger than max-request-bytes\r\n" {
+		t.Fatalf("oversized request = %q", got)
+	}
+	if !c.closed() {
+		t.Fatal("connection kept after an oversized request")
+	}
+	// Many small commands in one burst are fine: the limit is per command.
+	c = dial(t, s.addr)
+	c.send(strings.Repeat("*1\r\n$4\r\nPING\r\n", 2000))
+	for range 2000 {
+		if got := c.line(t); got != "+PONG\r\n" {
+			t.Fatalf("PING in a big pipeline = %q", got)
+		}
+	}
+	c.send("*3\r\n$4\r\nEVAL\r\n$2000\r\n" + strings.Repeat(" ", 1990) + "return 1\r\n\r\n$1\r\n0\r\n")
+	if got := c.line(t); got != "-ERR script is larger than max-script-bytes\r\n" {
+		t.Fatalf("oversized script = %q", got)
+	}
+}
+
+func TestMalformedInput(t *testing.T) {
+	s := startMemory(t, proxy.Config{})
+	for _, tc := range []struct{ name, req, want string }{
+		{"bad bulk length", "*1\r\n$abc\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
+		{"bad multibulk length", "*x\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
+		{"not a bulk", "*1\r\n+PING\r\n", "-ERR Protocol error: expected '$', got '+'\r\n"},
+		{"unbalanced quotes", "SET \"abc\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dial(t, s.addr)
+			c.send(tc.req)
+			if got := c.line(t); got != tc.want {
+				t.Errorf("%q = %q; want %q", tc.req, got, tc.want)
+			}
+			if !c.closed() {
+				t.Error("connection kept after a protocol error")
+			}
+		})
+	}
+	// The server is still fine.
+	c := dial(t, s.addr)
+	c.send("PING\r\n")
+	if got := c.line(t); got != "+PONG\r\n" {
+		t.Fatalf("PING after malformed input = %q", got)
+	}
+}
+
+func TestPanicRecovery(t *testing.T) {
+	b := &hookBackend{Backend: memory.New(memory.Config{}), hook: func(_ context.Context, key string) error {
+		if key == "boom" {
+			panic("injected")
+		}
+		return nil
+	}}
+	s := start(t, proxy.Config{}, b)
+	other := dial(t, s.addr)
+	c := dial(t, s.addr)
+	c.send("GET boom\r\n")
+	if got := c.line(t); got != "-ERR internal error\r\n" {
+		t.Fatalf("a panicking command = %q; want -ERR internal error", got)
+	}
+	if !c.closed() {
+		t.Fatal("the panicking connection was kept")
+	}
+	other.send("SET k v\r\n")
+	if got := other.line(t); got != "+OK\r\n" {
+		t.Fatalf("another client after the panic = %q", got)
+	}
+	d := dial(t, s.addr)
+	d.send("GET k\r\n")
+	if got := d.line(t); got != "$1\r\n" {
+		t.Fatalf("a new client after the panic = %q", got)
+	}
+}
+
+func TestCommandTimeout(t *testing.T) {
+	b := &hookBackend{Backend: memory.New(memory.Config{}), hook: func(ctx context.Context, key string) error {
+		if key == "stuck" {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}}
+	s := start(t, proxy.Config{CommandTimeout: 50 * time.Millisecond}, b)
+	c := dial(t, s.addr)
+	c.send("SET stuck v NX PX 1000\r\nPING\r\n")
+	if got := c.line(t); !strings.HasPrefix(got, "-TRYAGAIN set timed out") {
+		t.Fatalf("a command past its deadline = %q; want TRYAGAIN", got)
+	}
+	if got := c.line(t); got != "+PONG\r\n" {
+		t.Fatalf("the next command = %q", got)
+	}
+}
+
+// TestShutdownDrains checks that Shutdown delivers the reply of a command
+// in flight, closes idle clients, refuses new ones and returns.
+func TestShutdownDrains(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b := &hookBackend{Backend: memory.New(memory.Config{}), hook: func(_ context.Context, key string) error {
+		if key == "slow" {
+			once.Do(func() { close(entered) })
+			<-release
+		}
+		return nil
+	}}
+	s := start(t, proxy.Config{}, b)
+	idle := dial(t, s.addr)
+	idle.send("PING\r\n")
+	idle.line(t)
+	busy := dial(t, s.addr)
+	busy.send("SET slow v NX PX 10000\r\n")
+	<-entered
+
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Shutdown(context.Background()) }()
+	if !idle.closed() {
+		t.Fatal("an idle client was not closed by Shutdown")
+	}
+	if c, err := net.DialTimeout("tcp", s.addr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("a new connection was accepted during Shutdown")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned %v with a command in flight", err)
+	default:
+	}
+	close(release)
+	if got := busy.line(t); got != "+OK\r\n" {
+		t.Fatalf("the in-flight command's reply = %q; want +OK", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown = %v", err)
+	}
+	if err := <-s.served; err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	s.served <- nil // for the cleanup
+}
