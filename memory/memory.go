@@ -35,9 +35,13 @@ type Backend struct {
 	done chan struct{}
 }
 
+// Immediate tells the proxy that no operation here waits (backend.Immediate).
+func (b *Backend) Immediate() {}
+
 var (
-	_ backend.Backend  = (*Backend)(nil)
-	_ backend.KeySpace = (*view)(nil)
+	_ backend.Backend   = (*Backend)(nil)
+	_ backend.Immediate = (*Backend)(nil)
+	_ backend.KeySpace  = (*view)(nil)
 )
 
 // entry is one key's token and deadline (Unix milliseconds, 0 for none).

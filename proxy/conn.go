@@ -163,8 +163,12 @@ func (cl *client) reject(name, reply string) backend.Value {
 }
 
 func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
-	ctx, cancel := context.WithTimeout(cl.ctx, cl.s.cfg.CommandTimeout)
-	defer cancel()
+	ctx := cl.ctx
+	if !cl.s.immediate {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(cl.ctx, cl.s.cfg.CommandTimeout)
+		defer cancel()
+	}
 	v, err := kc.Exec(ctx, cl.s.b, cl.db, args)
 	if err != nil {
 		return cl.errorValue(kc.Name, err)

@@ -21,7 +21,7 @@ import (
 // hookBackend is the memory backend with a hook before Get and Set, to
 // inject panics and slow operations.
 type hookBackend struct {
-	*memory.Backend
+	backend.Backend // an interface: the hooks may block, so the wrapper is not backend.Immediate
 	hook func(ctx context.Context, key string) error
 }
 

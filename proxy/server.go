@@ -70,6 +70,9 @@ type Server struct {
 	log     *slog.Logger
 	scripts *scriptCache
 	started time.Time
+	// immediate: the backend never blocks (backend.Immediate), so key
+	// commands need no deadline of their own.
+	immediate bool
 
 	ctx    context.Context // cancelled when the drain times out
 	cancel context.CancelFunc
@@ -91,7 +94,8 @@ type Server struct {
 func New(cfg Config, b backend.Backend) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	_, immediate := b.(backend.Immediate)
+	return &Server{immediate: immediate,
 		cfg: cfg, b: b, log: cfg.Logger, scripts: newScriptCache(cfg.MaxScriptCacheBytes),
 		started: time.Now(), ctx: ctx, cancel: cancel,
 		clients: make(map[*client]struct{}), idle: make(chan struct{}),

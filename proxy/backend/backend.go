@@ -62,6 +62,13 @@ type Checker interface {
 	Check(ctx context.Context) error
 }
 
+// Immediate is implemented by a Backend whose KeySpace operations never
+// wait on anything (the memory backend): the proxy then skips arming a
+// command deadline for them. Eval always gets one.
+type Immediate interface {
+	Immediate()
+}
+
 // Expiry is an absolute or relative expiry; the zero Expiry means none.
 // The proxy converts EX to TTL and EXAT/PXAT to At. TTL is positive when
 // set; At may lie in the past (the write then deletes or never creates).

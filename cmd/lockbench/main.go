@@ -1,0 +1,204 @@
+// Command lockbench measures lock throughput and latency against any
+// Redis-protocol address: C clients each loop SET key token NX PX ttl and,
+// on OK, the owner-checked release script (EVALSHA, falling back to EVAL),
+// for D seconds. It prints cycles/s and acquire/release p50/p99/p99.9.
+//
+// With -compare ADDR2 it measures ADDR2 right after with the same load and
+// prints the ratio, so figures are compared within one run:
+//
+//	lockbench -addr 127.0.0.1:6380 -compare 127.0.0.1:6379 -clients 50 -duration 10s
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const releaseSrc = `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`
+
+type config struct {
+	addr, compare, password string
+	clients, keys, resp     int
+	duration, ttl           time.Duration
+	json                    bool
+}
+
+// Result is one measured run.
+type Result struct {
+	Addr         string  `json:"addr"`
+	Clients      int     `json:"clients"`
+	Seconds      float64 `json:"seconds"`
+	Cycles       int64   `json:"cycles"`
+	CyclesPerSec float64 `json:"cycles_per_sec"`
+	Contended    int64   `json:"contended"`
+	Errors       int64   `json:"errors"`
+	FirstError   string  `json:"first_error,omitempty"`
+	Acquire      Pcts    `json:"acquire_ms"`
+	Release      Pcts    `json:"release_ms"`
+}
+
+// Pcts are latency percentiles in milliseconds.
+type Pcts struct {
+	P50  float64 `json:"p50"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p99_9"`
+}
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	var c config
+	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:6380", "address to measure")
+	fs.StringVar(&c.compare, "compare", "", "a second address to measure right after, e.g. a real redis-server")
+	fs.StringVar(&c.password, "password", "", "AUTH password")
+	fs.IntVar(&c.clients, "clients", 50, "concurrent clients, one connection each")
+	fs.IntVar(&c.keys, "keys", 0, "distinct lock keys shared by all clients (0: one key per client, no contention)")
+	fs.IntVar(&c.resp, "resp", 2, "protocol: 2 or 3")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to measure each address")
+	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "lock TTL")
+	fs.BoolVar(&c.json, "json", false, "print JSON lines")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.clients <= 0 || c.duration <= 0 || c.ttl < time.Millisecond {
+		return errors.New("-clients, -duration and -ttl must be positive")
+	}
+	addrs := []string{c.addr}
+	if c.compare != "" {
+		addrs = append(addrs, c.compare)
+	}
+	var results []Result
+	for _, a := range addrs {
+		r, err := measure(ctx, c, a)
+		if err != nil {
+			return fmt.Errorf("%s: %w", a, err)
+		}
+		results = append(results, r)
+		print(out, c.json, r)
+	}
+	if len(results) == 2 && results[1].CyclesPerSec > 0 {
+		ratio := results[0].CyclesPerSec / results[1].CyclesPerSec
+		if c.json {
+			json.NewEncoder(out).Encode(map[string]any{"ratio": ratio, "of": results[0].Addr, "to": results[1].Addr,
+				"acquire_p99_ratio": results[0].Acquire.P99 / results[1].Acquire.P99})
+		} else {
+			fmt.Fprintf(out, "ratio %s / %s: %.2fx cycles/s, acquire p99 %.2fx\n", results[0].Addr, results[1].Addr,
+				ratio, results[0].Acquire.P99/results[1].Acquire.P99)
+		}
+	}
+	return nil
+}
+
+func print(out io.Writer, asJSON bool, r Result) {
+	if asJSON {
+		json.NewEncoder(out).Encode(r)
+		return
+	}
+	fmt.Fprintf(out, "%s: %d clients, %.0f cycles/s (%d cycles in %.1fs), contended %d, errors %d\n",
+		r.Addr, r.Clients, r.CyclesPerSec, r.Cycles, r.Seconds, r.Contended, r.Errors)
+	fmt.Fprintf(out, "  acquire ms p50 %.3f p99 %.3f p99.9 %.3f | release ms p50 %.3f p99 %.3f p99.9 %.3f\n",
+		r.Acquire.P50, r.Acquire.P99, r.Acquire.P999, r.Release.P50, r.Release.P99, r.Release.P999)
+	if r.FirstError != "" {
+		fmt.Fprintf(out, "  first error: %s\n", r.FirstError)
+	}
+}
+
+func measure(ctx context.Context, c config, addr string) (Result, error) {
+	rdb := redis.NewClient(&redis.Options{
+		Addr: addr, Password: c.password, Protocol: c.resp, PoolSize: c.clients, MinIdleConns: c.clients,
+		MaxRetries: -1, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+	})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return Result{}, err
+	}
+	release := redis.NewScript(releaseSrc)
+	if err := release.Load(ctx, rdb).Err(); err != nil {
+		return Result{}, err
+	}
+
+	var cycles, contended, errs atomic.Int64
+	var firstErr atomic.Value
+	fail := func(err error) {
+		errs.Add(1)
+		firstErr.CompareAndSwap(nil, err.Error())
+	}
+	acq := make([][]time.Duration, c.clients)
+	rel := make([][]time.Duration, c.clients)
+	runCtx, cancel := context.WithTimeout(ctx, c.duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range c.clients {
+		wg.Go(func() {
+			token := "lockbench-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			for n := 0; runCtx.Err() == nil; n++ {
+				key := "lockbench:" + strconv.Itoa(i)
+				if c.keys > 0 {
+					key = "lockbench:shared:" + strconv.Itoa((i+n)%c.keys)
+				}
+				t0 := time.Now()
+				ok, err := rdb.SetNX(ctx, key, token, c.ttl).Result()
+				acq[i] = append(acq[i], time.Since(t0))
+				if err != nil {
+					fail(err)
+					continue
+				}
+				if !ok {
+					contended.Add(1)
+					continue
+				}
+				t1 := time.Now()
+				err = release.Run(ctx, rdb, []string{key}, token).Err()
+				rel[i] = append(rel[i], time.Since(t1))
+				if err != nil {
+					fail(err)
+					continue
+				}
+				cycles.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	r := Result{Addr: addr, Clients: c.clients, Seconds: secs, Cycles: cycles.Load(),
+		CyclesPerSec: float64(cycles.Load()) / secs, Contended: contended.Load(), Errors: errs.Load(),
+		Acquire: percentiles(acq), Release: percentiles(rel)}
+	if e, ok := firstErr.Load().(string); ok {
+		r.FirstError = e
+	}
+	return r, nil
+}
+
+func percentiles(per [][]time.Duration) Pcts {
+	var all []time.Duration
+	for _, p := range per {
+		all = append(all, p...)
+	}
+	if len(all) == 0 {
+		return Pcts{}
+	}
+	slices.Sort(all)
+	at := func(q float64) float64 {
+		return float64(all[min(len(all)-1, int(q*float64(len(all))))]) / float64(time.Millisecond)
+	}
+	return Pcts{P50: at(0.50), P99: at(0.99), P999: at(0.999)}
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+)
+
+// TestRunAgainstRedisAndLockproxy runs a short measurement of lockproxy with
+// a real redis-server as the comparison, as the README's figures are made.
+func TestRunAgainstRedisAndLockproxy(t *testing.T) {
+	redis := testsrv.StartRedis(t)
+	proxy := testsrv.StartMemoryProxy(t)
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"-addr", proxy, "-compare", redis.Addr, "-clients", "8", "-duration", "300ms", "-json"}, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want two results and a ratio, got:\n%s", out.String())
+	}
+	for _, l := range lines[:2] {
+		var r Result
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		if r.Cycles == 0 || r.Errors != 0 || r.Acquire.P50 <= 0 || r.Release.P99 < r.Release.P50 {
+			t.Errorf("implausible result %+v", r)
+		}
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"-clients", "0"}, &out); err == nil {
+		t.Fatal("-clients 0 accepted")
+	}
+}
