@@ -1,0 +1,99 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestSampleConfigIsValid(t *testing.T) {
+	cfg, _, err := load([]string{"--config", "../../config.yaml"}, nil, io.Discard)
+	if err != nil {
+		t.Fatalf("config.yaml: %v", err)
+	}
+	if probs := cfg.validate(); len(probs) > 0 {
+		t.Fatalf("config.yaml does not validate: %v", probs)
+	}
+	if cfg != defaults() {
+		t.Errorf("config.yaml differs from the defaults it documents:\n file %+v\n code %+v", cfg, defaults())
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	os.WriteFile(file, []byte("listen: 127.0.0.1:1111\nrequirepass: fromfile\nlog-level: debug\n"), 0o600)
+	cfg, _, err := load(
+		[]string{"--config", file, "--listen", "127.0.0.1:3333"},
+		[]string{"LOCKPROXY_LISTEN=127.0.0.1:2222", "LOCKPROXY_REQUIREPASS=fromenv", "LOCKPROXY_MAX_CLIENTS=7"},
+		io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ key, got, want string }{
+		{"listen (flag beats env and file)", cfg.Listen, "127.0.0.1:3333"},
+		{"requirepass (env beats file)", cfg.RequirePass, "fromenv"},
+		{"log-level (file beats default)", cfg.LogLevel, "debug"},
+		{"backend (default)", cfg.Backend, "memory"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %q; want %q", c.key, c.got, c.want)
+		}
+	}
+	if cfg.MaxClients != 7 {
+		t.Errorf("max-clients from env = %d; want 7", cfg.MaxClients)
+	}
+}
+
+func TestUnknownKeyIsAnError(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("listne: 127.0.0.1:1\n"), 0o600)
+	if _, _, err := load([]string{"--config", file}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "listne") {
+		t.Fatalf("a misspelt key = %v; want an error naming it", err)
+	}
+}
+
+func TestValidationMessages(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"listen", func(c *Config) { c.Listen = "nope" }, `listen: "nope" is not host:port (e.g. 127.0.0.1:6380)`},
+		{"backend unknown", func(c *Config) { c.Backend = "etcd" }, `backend: unknown backend "etcd" (use memory, quorum or postgres)`},
+		{"backend quorum", func(c *Config) { c.Backend = "quorum" }, `backend: quorum is not implemented yet (use memory)`},
+		{"strategy", func(c *Config) { c.PostgresStrategy = "x" }, `postgres-strategy: unknown strategy "x" (use advisory or lease)`},
+		{"admin", func(c *Config) { c.AdminListen = "x" }, `admin-listen: "x" is not host:port (e.g. 127.0.0.1:9121, or empty to disable)`},
+		{"log level", func(c *Config) { c.LogLevel = "loud" }, `log-level: unknown level "loud" (use debug, info, warn or error)`},
+		{"log format", func(c *Config) { c.LogFormat = "xml" }, `log-format: unknown format "xml" (use text or json)`},
+		{"max clients", func(c *Config) { c.MaxClients = 0 }, `max-clients: 0 is not positive (e.g. 10000)`},
+		{"request bytes", func(c *Config) { c.MaxRequestBytes = 10 }, `max-request-bytes: 10 is below 1024 (e.g. 8388608)`},
+		{"script bytes", func(c *Config) { c.MaxScriptBytes = 10 }, `max-script-bytes: 10 is below 1024 (e.g. 1048576)`},
+		{"shutdown", func(c *Config) { c.ShutdownTimeout = "soon" }, `shutdown-timeout: "soon" is not a positive duration (e.g. 10s or 500ms)`},
+		{"script limit", func(c *Config) { c.ScriptTimeLimit = "-1s" }, `script-time-limit: "-1s" is not a positive duration (e.g. 10s or 500ms)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := defaults()
+			tt.mod(&c)
+			if probs := c.validate(); !slices.Contains(probs, tt.want) {
+				t.Errorf("validate() = %q; want it to contain %q", probs, tt.want)
+			}
+		})
+	}
+	if probs := defaults().validate(); len(probs) != 0 {
+		t.Errorf("the defaults do not validate: %v", probs)
+	}
+}
+
+func TestBadEnvAndFlagValues(t *testing.T) {
+	if _, _, err := load(nil, []string{"LOCKPROXY_MAX_CLIENTS=many"}, io.Discard); err == nil || !strings.Contains(err.Error(), "LOCKPROXY_MAX_CLIENTS") {
+		t.Errorf("a non-integer env value = %v; want an error naming the variable", err)
+	}
+	if _, _, err := load([]string{"--max-clients", "x"}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "max-clients") {
+		t.Errorf("a non-integer flag value = %v; want an error naming the flag", err)
+	}
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+)
+
+func TestCheckConfig(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(t.Context(), []string{"--config", "../../config.yaml", "--check-config"}, nil, &out, &errOut); err != nil {
+		t.Fatalf("--check-config on the sample: %v\n%s", err, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	err := run(t.Context(), []string{"--check-config", "--backend", "nope", "--max-clients", "0"}, nil, &out, &errOut)
+	if !errors.Is(err, errInvalidConfig) {
+		t.Fatalf("--check-config with bad values = %v", err)
+	}
+	for _, want := range []string{"backend: unknown backend", "max-clients: 0 is not positive"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr %q lacks %q", errOut.String(), want)
+		}
+	}
+}
+
+// TestBinary builds and runs the real binary: it serves, answers a lock
+// cycle and exits 0 on SIGTERM.
+func TestBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "lockproxy")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(testsrv.FreePort(t))
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "--listen", addr, "--config", "../../config.yaml")
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var c net.Conn
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		if c, err = net.Dial("tcp", addr); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lockproxy did not listen on %s: %v\n%s", addr, err, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the listener
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	rd := bufio.NewReader(c)
+	for _, step := range []struct{ req, want string }{
+		{"SET lock tok NX PX 30000\r\n", "+OK\r\n"},
+		{"SET lock other NX PX 30000\r\n", "$-1\r\n"},
+		{"EVAL \"if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end\" 1 lock tok\r\n", ":1\r\n"},
+	} {
+		c.Write([]byte(step.req))
+		if got, _ := rd.ReadString('\n'); got != step.want {
+			t.Fatalf("%q = %q; want %q", step.req, got, step.want)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("lockproxy did not exit after SIGTERM\n%s", logs.String())
+	}
+	for _, want := range []string{"lockproxy started", "backend=memory", "not HA", "stopped"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
