@@ -22,7 +22,7 @@ import (
 // inject panics and slow operations.
 type hookBackend struct {
 	backend.Backend // an interface: the hooks may block, so the wrapper is not backend.Immediate
-	hook func(ctx context.Context, key string) error
+	hook            func(ctx context.Context, key string) error
 }
 
 func (h *hookBackend) Get(ctx context.Context, db int, key string) ([]byte, bool, error) {
