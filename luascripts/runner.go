@@ -41,7 +41,14 @@ type Runner struct {
 	cfg   Config
 	pool  sync.Pool // *vm
 	mu    sync.RWMutex
-	procs map[string]*lua.FunctionProto // compiled scripts by SHA1
+	procs map[string]*compiled // by SHA1
+}
+
+// compiled is a script ready to run: its Lua function and, for a
+// catalogued script, its Go version.
+type compiled struct {
+	proto  *lua.FunctionProto
+	native native
 }
 
 // maxCompiled bounds the compiled-script cache; past it the cache starts
@@ -56,7 +63,7 @@ func New(cfg Config) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Runner{cfg: cfg, procs: make(map[string]*lua.FunctionProto)}
+	return &Runner{cfg: cfg, procs: make(map[string]*compiled)}
 }
 
 // SHA1 returns the lower-case hex SHA1 of src, the name EVALSHA uses.
@@ -103,17 +110,18 @@ func compile(src string) (*lua.FunctionProto, error) {
 	return nil, backend.Reply("ERR Error compiling script (new function): user_script:" + line + ": " + msg)
 }
 
-func (r *Runner) proto(s backend.Script) (*lua.FunctionProto, error) {
+func (r *Runner) compiled(s backend.Script) (*compiled, error) {
 	r.mu.RLock()
 	p := r.procs[s.SHA1]
 	r.mu.RUnlock()
 	if p != nil {
 		return p, nil
 	}
-	p, err := compile(s.Src)
+	proto, err := compile(s.Src)
 	if err != nil {
 		return nil, err
 	}
+	p = &compiled{proto: proto, native: lookupNative(s.Src)}
 	r.mu.Lock()
 	if len(r.procs) >= maxCompiled {
 		clear(r.procs)
@@ -132,9 +140,14 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	if s.SHA1 == "" {
 		s.SHA1 = SHA1(s.Src)
 	}
-	p, err := r.proto(s)
+	p, err := r.compiled(s)
 	if err != nil {
 		return backend.Value{}, err
+	}
+	if p.native != nil {
+		if v, ok, err := p.native(ctx, keys, args, c); ok {
+			return v, err
+		}
 	}
 	v, _ := r.pool.Get().(*vm)
 	if v == nil {
@@ -142,7 +155,7 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	}
 	runCtx, cancel := context.WithTimeout(ctx, r.cfg.TimeLimit)
 	defer cancel()
-	out, err, reusable := v.run(runCtx, cancel, p, s.SHA1, keys, args, c)
+	out, err, reusable := v.run(runCtx, cancel, p.proto, s.SHA1, keys, args, c)
 	aborted := v.abort != nil
 	if reusable {
 		r.pool.Put(v)

@@ -90,18 +90,21 @@ func checkDB(db int) error {
 	return nil
 }
 
-// one runs f on key's shard under the read side of the store lock.
-func (b *Backend) one(db int, key string, f func(sh *shard, now int64)) error {
+// lock takes key's shard under the read side of the store lock and
+// returns the time to judge expiry by; unlock releases both.
+func (b *Backend) lock(db int, key string) (*shard, int64, error) {
 	if err := checkDB(db); err != nil {
-		return err
+		return nil, 0, err
 	}
 	b.mu.RLock()
 	sh := b.shard(key)
 	sh.mu.Lock()
-	f(sh, time.Now().UnixMilli())
+	return sh, time.Now().UnixMilli(), nil
+}
+
+func (b *Backend) unlock(sh *shard) {
 	sh.mu.Unlock()
 	b.mu.RUnlock()
-	return nil
 }
 
 // all runs f alone, under the write side of the store lock.
@@ -126,68 +129,95 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 }
 
 // Set implements backend.KeySpace.
-func (b *Backend) Set(_ context.Context, db int, key string, token []byte, o backend.SetOptions) (res backend.SetResult, err error) {
-	err = b.one(db, key, func(sh *shard, now int64) { res = sh.set(db, key, token, o, now) })
-	return res, err
+func (b *Backend) Set(_ context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
+	sh, now, err := b.lock(db, key)
+	if err != nil {
+		return backend.SetResult{}, err
+	}
+	defer b.unlock(sh)
+	return sh.set(db, key, token, o, now), nil
 }
 
 // Get implements backend.KeySpace.
-func (b *Backend) Get(_ context.Context, db int, key string) (tok []byte, ok bool, err error) {
-	err = b.one(db, key, func(sh *shard, now int64) {
-		var e entry
-		if e, ok = sh.get(db, key, now); ok {
-			tok = e.val
-		}
-	})
-	return tok, ok, err
+func (b *Backend) Get(_ context.Context, db int, key string) ([]byte, bool, error) {
+	sh, now, err := b.lock(db, key)
+	if err != nil {
+		return nil, false, err
+	}
+	defer b.unlock(sh)
+	e, ok := sh.get(db, key, now)
+	return e.val, ok, nil
 }
 
 // Del implements backend.KeySpace.
 func (b *Backend) Del(ctx context.Context, db int, keys []string) (n int64, err error) {
 	if len(keys) == 1 {
-		err = b.one(db, keys[0], func(sh *shard, now int64) { n = sh.del(db, keys[0], now) })
-		return n, err
+		sh, now, err := b.lock(db, keys[0])
+		if err != nil {
+			return 0, err
+		}
+		defer b.unlock(sh)
+		return sh.del(db, keys[0], now), nil
 	}
 	err = b.all(db, func(v *view) { n, _ = v.Del(ctx, db, keys) })
 	return n, err
 }
 
 // DelIf implements backend.KeySpace.
-func (b *Backend) DelIf(_ context.Context, db int, key string, cond backend.Cond, match []byte) (ok bool, err error) {
-	err = b.one(db, key, func(sh *shard, now int64) { ok = sh.delIf(db, key, cond, match, now) })
-	return ok, err
+func (b *Backend) DelIf(_ context.Context, db int, key string, cond backend.Cond, match []byte) (bool, error) {
+	sh, now, err := b.lock(db, key)
+	if err != nil {
+		return false, err
+	}
+	defer b.unlock(sh)
+	return sh.delIf(db, key, cond, match, now), nil
 }
 
 // Exists implements backend.KeySpace.
 func (b *Backend) Exists(ctx context.Context, db int, keys []string) (n int64, err error) {
 	if len(keys) == 1 {
-		err = b.one(db, keys[0], func(sh *shard, now int64) {
-			if _, ok := sh.get(db, keys[0], now); ok {
-				n = 1
-			}
-		})
-		return n, err
+		sh, now, err := b.lock(db, keys[0])
+		if err != nil {
+			return 0, err
+		}
+		defer b.unlock(sh)
+		if _, ok := sh.get(db, keys[0], now); ok {
+			return 1, nil
+		}
+		return 0, nil
 	}
 	err = b.all(db, func(v *view) { n, _ = v.Exists(ctx, db, keys) })
 	return n, err
 }
 
 // PTTL implements backend.KeySpace.
-func (b *Backend) PTTL(_ context.Context, db int, key string) (ms int64, err error) {
-	err = b.one(db, key, func(sh *shard, now int64) { ms = sh.pttl(db, key, now) })
-	return ms, err
+func (b *Backend) PTTL(_ context.Context, db int, key string) (int64, error) {
+	sh, now, err := b.lock(db, key)
+	if err != nil {
+		return 0, err
+	}
+	defer b.unlock(sh)
+	return sh.pttl(db, key, now), nil
 }
 
 // Expire implements backend.KeySpace.
-func (b *Backend) Expire(_ context.Context, db int, key string, e backend.Expiry, cond backend.ExpireCond) (ok bool, err error) {
-	err = b.one(db, key, func(sh *shard, now int64) { ok = sh.expire(db, key, e, cond, now) })
-	return ok, err
+func (b *Backend) Expire(_ context.Context, db int, key string, e backend.Expiry, cond backend.ExpireCond) (bool, error) {
+	sh, now, err := b.lock(db, key)
+	if err != nil {
+		return false, err
+	}
+	defer b.unlock(sh)
+	return sh.expire(db, key, e, cond, now), nil
 }
 
 // Persist implements backend.KeySpace.
-func (b *Backend) Persist(_ context.Context, db int, key string) (ok bool, err error) {
-	err = b.one(db, key, func(sh *shard, now int64) { ok = sh.persist(db, key, now) })
-	return ok, err
+func (b *Backend) Persist(_ context.Context, db int, key string) (bool, error) {
+	sh, now, err := b.lock(db, key)
+	if err != nil {
+		return false, err
+	}
+	defer b.unlock(sh)
+	return sh.persist(db, key, now), nil
 }
 
 // MSet implements backend.KeySpace.

@@ -122,7 +122,7 @@ var keyCommandNames = []string{"get", "set", "setnx", "setex", "psetex", "getdel
 
 func commandNames() []string {
 	names := append([]string(nil), keyCommandNames...)
-	for n := range arities {
+	for n := range commands {
 		names = append(names, n)
 	}
 	return names
@@ -148,8 +148,8 @@ func commandInfo(name string) backend.Value {
 		case "dbsize":
 			first, last, step = 0, 0, 0
 		}
-	} else if a, ok := arities[name]; ok {
-		arity = a
+	} else if c, ok := commands[name]; ok {
+		arity = c.arity
 	} else {
 		return backend.NilValue
 	}

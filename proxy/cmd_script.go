@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"strings"
 	"sync"
 
@@ -16,16 +15,36 @@ type scriptCache struct {
 	mu    sync.RWMutex
 	max   int
 	bytes int
-	m     map[string]string
+	m     map[string]backend.Script // by SHA1
 }
 
-func newScriptCache(max int) *scriptCache { return &scriptCache{max: max, m: make(map[string]string)} }
+func newScriptCache(max int) *scriptCache {
+	return &scriptCache{max: max, m: make(map[string]backend.Script)}
+}
+
+// lookup finds a script by its SHA1 in any letter case, without allocating.
+func (c *scriptCache) lookup(sha []byte) (backend.Script, bool) {
+	var buf [40]byte
+	if len(sha) != len(buf) {
+		return backend.Script{}, false
+	}
+	for i, ch := range sha {
+		if 'A' <= ch && ch <= 'F' {
+			ch += 'a' - 'A'
+		}
+		buf[i] = ch
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.m[string(buf[:])]
+	return e, ok
+}
 
 func (c *scriptCache) get(sha string) (string, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	src, ok := c.m[sha]
-	return src, ok
+	e, ok := c.m[sha]
+	return e.Src, ok
 }
 
 func (c *scriptCache) add(sha, src string) {
@@ -38,7 +57,7 @@ func (c *scriptCache) add(sha, src string) {
 		clear(c.m)
 		c.bytes = 0
 	}
-	c.m[sha] = src
+	c.m[sha] = backend.Script{SHA1: sha, Src: src}
 	c.bytes += len(src)
 }
 
@@ -79,7 +98,7 @@ func (s *Server) load(src []byte) (string, backend.Value, bool) {
 
 // cmdEval is EVAL, EVALSHA, EVAL_RO and EVALSHA_RO script numkeys key… arg….
 func cmdEval(cl *client, args [][]byte) backend.Value {
-	name := lower(args[0])
+	name := cl.lastCmd // the canonical name: eval, evalsha, eval_ro or evalsha_ro
 	n, ok := keycmd.ParseInt(args[2])
 	switch {
 	case !ok:
@@ -91,12 +110,10 @@ func cmdEval(cl *client, args [][]byte) backend.Value {
 	}
 	var sc backend.Script
 	if strings.HasPrefix(name, "evalsha") {
-		sc.SHA1 = strings.ToLower(string(args[1]))
-		src, ok := cl.s.scripts.get(sc.SHA1)
-		if !ok {
+		var ok bool
+		if sc, ok = cl.s.scripts.lookup(args[1]); !ok {
 			return backend.ErrorValue(backend.MsgNoScript)
 		}
-		sc.Src = src
 	} else {
 		sha, bad, ok := cl.s.load(args[1])
 		if !ok {
@@ -108,12 +125,12 @@ func cmdEval(cl *client, args [][]byte) backend.Value {
 	for i := range keys {
 		keys[i] = string(args[3+i])
 	}
-	argv := cloneArgs(args[3+n:])
+	argv := args[3+n:] // redcon gives every command its own buffer: nothing here is reused
 	return cl.eval(name, sc, keys, argv, strings.HasSuffix(name, "_ro"))
 }
 
 func (cl *client) eval(name string, sc backend.Script, keys []string, argv [][]byte, ro bool) backend.Value {
-	ctx, cancel := context.WithTimeout(cl.ctx, cl.s.cfg.CommandTimeout)
+	ctx, cancel := cl.commandCtx()
 	defer cancel()
 	v, err := cl.s.b.Eval(ctx, cl.db, sc, keys, argv, ro)
 	if err != nil {

@@ -89,31 +89,50 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 // handler runs one connection-level command.
 type handler func(cl *client, args [][]byte) backend.Value
 
+// connCmd is one command served by the proxy itself.
+type connCmd struct {
+	name  string
+	arity int // Redis's convention
+	run   handler
+}
+
 // commands are the commands served by the proxy itself; every other name
 // is a key command (keycmd) or unknown.
-var commands map[string]handler
+var commands map[string]*connCmd
 
 func init() {
 	// Assigned in init only because the handlers refer back to the table
 	// (EXEC runs queued commands through it); nothing else happens here.
-	commands = map[string]handler{
-		"ping": cmdPing, "echo": cmdEcho, "quit": cmdQuit, "reset": cmdReset, "select": cmdSelect,
-		"auth": cmdAuth, "hello": cmdHello, "client": cmdClient, "info": cmdInfo, "command": cmdCommand,
-		"config": cmdConfig, "time": cmdTime,
-		"eval": cmdEval, "evalsha": cmdEval, "eval_ro": cmdEval, "evalsha_ro": cmdEval, "script": cmdScript,
-		"multi": cmdMulti, "exec": cmdExec, "discard": cmdDiscard,
+	commands = map[string]*connCmd{}
+	for _, c := range []connCmd{
+		{"ping", -1, cmdPing}, {"echo", 2, cmdEcho}, {"quit", -1, cmdQuit}, {"reset", 1, cmdReset},
+		{"select", 2, cmdSelect}, {"auth", -2, cmdAuth}, {"hello", -1, cmdHello}, {"client", -2, cmdClient},
+		{"info", -1, cmdInfo}, {"command", -1, cmdCommand}, {"config", -2, cmdConfig}, {"time", 1, cmdTime},
+		{"eval", -3, cmdEval}, {"evalsha", -3, cmdEval}, {"eval_ro", -3, cmdEval}, {"evalsha_ro", -3, cmdEval},
+		{"script", -2, cmdScript}, {"multi", 1, cmdMulti}, {"exec", 1, cmdExec}, {"discard", 1, cmdDiscard},
+	} {
+		commands[c.name] = &c
 	}
+}
+
+// lookupConn finds a proxy command by name in any letter case without
+// allocating.
+func lookupConn(name []byte) *connCmd {
+	var buf [16]byte
+	if len(name) > len(buf) {
+		return nil
+	}
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return commands[string(buf[:len(name)])]
 }
 
 // noAuthCommands may run before AUTH, as in Redis.
 var noAuthCommands = map[string]bool{"auth": true, "hello": true, "quit": true, "reset": true}
-
-// arities of the proxy's own commands, in Redis's convention.
-var arities = map[string]int{
-	"ping": -1, "echo": 2, "quit": -1, "reset": 1, "select": 2, "auth": -2, "hello": -1, "client": -2,
-	"info": -1, "command": -1, "config": -2, "time": 1, "eval": -3, "evalsha": -3, "eval_ro": -3,
-	"evalsha_ro": -3, "script": -2, "multi": 1, "exec": 1, "discard": 1,
-}
 
 func arityOK(arity, n int) bool {
 	if arity >= 0 {
@@ -126,15 +145,24 @@ func lower(b []byte) string { return strings.ToLower(string(b)) }
 
 // command runs one command from the client, inside or outside MULTI.
 func (cl *client) command(args [][]byte) backend.Value {
-	name := lower(args[0])
-	cl.lastCmd = name
-	h, isConn := commands[name]
-	kc := keycmd.Lookup(args[0])
-	if !isConn && kc == nil {
+	cc := lookupConn(args[0])
+	var kc *keycmd.Command
+	if cc == nil {
+		kc = keycmd.Lookup(args[0])
+	}
+	var name string
+	switch {
+	case cc != nil:
+		name = cc.name
+	case kc != nil:
+		name = kc.Name
+	default:
+		cl.lastCmd = "unknown"
 		cl.dirty = cl.inMulti
 		return backend.ErrorValue(backend.ErrUnknownCommand(string(args[0]), args[1:]))
 	}
-	if (isConn && !arityOK(arities[name], len(args))) || (kc != nil && !kc.ArityOK(len(args))) {
+	cl.lastCmd = name
+	if (cc != nil && !arityOK(cc.arity, len(args))) || (kc != nil && !kc.ArityOK(len(args))) {
 		return cl.reject(name, backend.ErrWrongArgs(name))
 	}
 	if !cl.authed && !noAuthCommands[name] {
@@ -144,8 +172,8 @@ func (cl *client) command(args [][]byte) backend.Value {
 		cl.queue = append(cl.queue, cloneArgs(args))
 		return backend.QueuedValue
 	}
-	if isConn {
-		return h(cl, args)
+	if cc != nil {
+		return cc.run(cl, args)
 	}
 	return cl.keyCommand(kc, args)
 }
@@ -162,13 +190,19 @@ func (cl *client) reject(name, reply string) backend.Value {
 	return backend.ErrorValue(reply)
 }
 
-func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
-	ctx := cl.ctx
-	if !cl.s.immediate {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(cl.ctx, cl.s.cfg.CommandTimeout)
-		defer cancel()
+// commandCtx returns the context a command runs under: the connection's,
+// with the command deadline unless the backend never waits
+// (backend.Immediate; a script's run time is bounded by luascripts).
+func (cl *client) commandCtx() (context.Context, context.CancelFunc) {
+	if cl.s.immediate {
+		return cl.ctx, func() {}
 	}
+	return context.WithTimeout(cl.ctx, cl.s.cfg.CommandTimeout)
+}
+
+func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
+	ctx, cancel := cl.commandCtx()
+	defer cancel()
 	v, err := kc.Exec(ctx, cl.s.b, cl.db, args)
 	if err != nil {
 		return cl.errorValue(kc.Name, err)

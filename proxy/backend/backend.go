@@ -62,9 +62,9 @@ type Checker interface {
 	Check(ctx context.Context) error
 }
 
-// Immediate is implemented by a Backend whose KeySpace operations never
-// wait on anything (the memory backend): the proxy then skips arming a
-// command deadline for them. Eval always gets one.
+// Immediate is implemented by a Backend whose operations never wait on
+// anything but a script's own run, which luascripts bounds (the memory
+// backend): the proxy then arms no command deadline for them.
 type Immediate interface {
 	Immediate()
 }
