@@ -25,22 +25,8 @@ func (v *vm) redisLib() *lua.LTable {
 	fns := map[string]lua.LGFunction{
 		"call":  func(L *lua.LState) int { return v.call(L, true) },
 		"pcall": func(L *lua.LState) int { return v.call(L, false) },
-		"error_reply": func(L *lua.LState) int {
-			s, ok := L.Get(1).(lua.LString)
-			if L.GetTop() != 1 || !ok {
-				L.RaiseError("wrong number or type of arguments")
-			}
-			L.Push(replyTable(L, "err", string(s)))
-			return 1
-		},
-		"status_reply": func(L *lua.LState) int {
-			s, ok := L.Get(1).(lua.LString)
-			if L.GetTop() != 1 || !ok {
-				L.RaiseError("wrong number or type of arguments")
-			}
-			L.Push(replyTable(L, "ok", string(s)))
-			return 1
-		},
+		"error_reply":  replyFunc("err"),
+		"status_reply": replyFunc("ok"),
 		"sha1hex": func(L *lua.LState) int {
 			if L.GetTop() != 1 {
 				L.RaiseError("wrong number of arguments")
@@ -90,6 +76,19 @@ func (v *vm) redisLib() *lua.LTable {
 	t.RawSetString("REDIS_VERSION", lua.LString(RedisVersion))
 	t.RawSetString("REDIS_VERSION_NUM", lua.LNumber(7<<16|2<<8|4))
 	return t
+}
+
+// replyFunc is redis.error_reply (field "err") or redis.status_reply
+// ("ok"): one string argument, returned as the reply table.
+func replyFunc(field string) lua.LGFunction {
+	return func(L *lua.LState) int {
+		s, ok := L.Get(1).(lua.LString)
+		if L.GetTop() != 1 || !ok {
+			L.RaiseError("wrong number or type of arguments")
+		}
+		L.Push(replyTable(L, field, string(s)))
+		return 1
+	}
 }
 
 func replyTable(L *lua.LState, field, s string) *lua.LTable {
