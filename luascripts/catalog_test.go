@@ -16,7 +16,7 @@ func TestCatalogMatchesLua(t *testing.T) {
 	scripts := map[string]string{
 		"classic double quotes": `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`,
 		"classic single quotes": `if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end`,
-		"redis-py release": "\n        local token = redis.call('get', KEYS[1])\n        if not token or token ~= ARGV[1] then\n            return 0\n        end\n        redis.call('del', KEYS[1])\n        return 1\n    ",
+		"redis-py release":      "\n        local token = redis.call('get', KEYS[1])\n        if not token or token ~= ARGV[1] then\n            return 0\n        end\n        redis.call('del', KEYS[1])\n        return 1\n    ",
 	}
 	states := map[string]map[string]string{"absent": {}, "mine": {"k": "tok"}, "theirs": {"k": "other"}}
 	for name, src := range scripts {

@@ -23,8 +23,8 @@ func (v *vm) redisLib() *lua.LTable {
 	L := v.L
 	t := L.NewTable()
 	fns := map[string]lua.LGFunction{
-		"call":  func(L *lua.LState) int { return v.call(L, true) },
-		"pcall": func(L *lua.LState) int { return v.call(L, false) },
+		"call":         func(L *lua.LState) int { return v.call(L, true) },
+		"pcall":        func(L *lua.LState) int { return v.call(L, false) },
 		"error_reply":  replyFunc("err"),
 		"status_reply": replyFunc("ok"),
 		"sha1hex": func(L *lua.LState) int {
