@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/bsm/redislock v0.10.0
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/hashicorp/go-multierror v1.1.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tidwall/redcon v1.6.2
 	github.com/yuin/gopher-lua v1.1.2
@@ -13,6 +14,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/hashicorp/errwrap v1.0.0 // indirect
 	github.com/kr/pretty v0.1.0 // indirect
 	github.com/tidwall/btree v1.1.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect

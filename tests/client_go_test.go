@@ -17,11 +17,16 @@ import (
 )
 
 // clientTargets runs f against a real redis-server (which proves the test
-// itself) and against lockproxy on the memory backend.
+// itself), against lockproxy on the memory backend, and against lockproxy on
+// the quorum backend over three real redis-servers.
 func clientTargets(t *testing.T, f func(t *testing.T, addr string)) {
 	t.Helper()
 	t.Run("redis", func(t *testing.T) { f(t, testsrv.StartRedis(t).Addr) })
 	t.Run("lockproxy", func(t *testing.T) { f(t, testsrv.StartMemoryProxy(t)) })
+	t.Run("quorum3", func(t *testing.T) {
+		addr, _ := testsrv.StartQuorumProxy(t, 3)
+		f(t, addr)
+	})
 }
 
 // clientCounter has workers increment a shared counter iter times each,

@@ -26,4 +26,8 @@ func TestRedisPyLock(t *testing.T) {
 	t.Parallel()
 	t.Run("redis", func(t *testing.T) { clientPython(t, "redis_py_lock.py", testsrv.StartRedis(t).Addr) })
 	t.Run("lockproxy", func(t *testing.T) { clientPython(t, "redis_py_lock.py", testsrv.StartMemoryProxy(t)) })
+	t.Run("quorum3", func(t *testing.T) {
+		addr, _ := testsrv.StartQuorumProxy(t, 3)
+		clientPython(t, "redis_py_lock.py", addr)
+	})
 }

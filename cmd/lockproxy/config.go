@@ -19,6 +19,7 @@ type Config struct {
 	Listen           string `yaml:"listen"`
 	Backend          string `yaml:"backend"`
 	QuorumNodes      string `yaml:"quorum-nodes"`
+	QuorumTimeout    string `yaml:"quorum-node-timeout"`
 	PostgresDSN      string `yaml:"postgres-dsn"`
 	PostgresStrategy string `yaml:"postgres-strategy"`
 	AdminListen      string `yaml:"admin-listen"`
@@ -37,7 +38,7 @@ func defaults() Config {
 		Listen: "127.0.0.1:6380", Backend: "memory", PostgresStrategy: "advisory",
 		AdminListen: "127.0.0.1:9121", LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
-		ShutdownTimeout: "10s", ScriptTimeLimit: "5s",
+		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms",
 	}
 }
 
@@ -119,8 +120,20 @@ func (c Config) validate() []string {
 	}
 	switch c.Backend {
 	case "memory":
-	case "quorum", "postgres":
-		add("backend", c.Backend+" is not implemented yet", "use memory")
+	case "quorum":
+		if len(c.nodes()) == 0 {
+			add("quorum-nodes", "empty while backend is quorum", "list 3 or more independent Redis nodes, e.g. 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379")
+		}
+		for _, n := range c.nodes() {
+			if strings.Contains(n, "://") {
+				continue
+			}
+			if _, _, err := net.SplitHostPort(n); err != nil {
+				add("quorum-nodes", fmt.Sprintf("%q is not host:port", n), "e.g. 127.0.0.1:6379 or redis://host:port")
+			}
+		}
+	case "postgres":
+		add("backend", "postgres is not implemented yet", "use memory or quorum")
 	default:
 		add("backend", fmt.Sprintf("unknown backend %q", c.Backend), "use memory, quorum or postgres")
 	}
@@ -149,10 +162,21 @@ func (c Config) validate() []string {
 	if c.MaxScriptBytes < 1024 {
 		add("max-script-bytes", fmt.Sprintf("%d is below 1024", c.MaxScriptBytes), "e.g. 1048576")
 	}
-	for key, v := range map[string]string{"shutdown-timeout": c.ShutdownTimeout, "script-time-limit": c.ScriptTimeLimit} {
+	for key, v := range map[string]string{"shutdown-timeout": c.ShutdownTimeout, "script-time-limit": c.ScriptTimeLimit, "quorum-node-timeout": c.QuorumTimeout} {
 		if d, err := parseDuration(v); err != nil || d <= 0 {
 			add(key, fmt.Sprintf("%q is not a positive duration", v), "e.g. 10s or 500ms")
 		}
 	}
 	return probs
+}
+
+// nodes returns the quorum nodes listed in QuorumNodes.
+func (c Config) nodes() []string {
+	var out []string
+	for _, n := range strings.Split(c.QuorumNodes, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }

@@ -64,7 +64,10 @@ func TestValidationMessages(t *testing.T) {
 	}{
 		{"listen", func(c *Config) { c.Listen = "nope" }, `listen: "nope" is not host:port (e.g. 127.0.0.1:6380)`},
 		{"backend unknown", func(c *Config) { c.Backend = "etcd" }, `backend: unknown backend "etcd" (use memory, quorum or postgres)`},
-		{"backend quorum", func(c *Config) { c.Backend = "quorum" }, `backend: quorum is not implemented yet (use memory)`},
+		{"quorum without nodes", func(c *Config) { c.Backend = "quorum" }, `quorum-nodes: empty while backend is quorum (list 3 or more independent Redis nodes, e.g. 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379)`},
+		{"quorum bad node", func(c *Config) { c.Backend, c.QuorumNodes = "quorum", "a:1,nope" }, `quorum-nodes: "nope" is not host:port (e.g. 127.0.0.1:6379 or redis://host:port)`},
+		{"postgres", func(c *Config) { c.Backend = "postgres" }, `backend: postgres is not implemented yet (use memory or quorum)`},
+		{"quorum timeout", func(c *Config) { c.QuorumTimeout = "x" }, `quorum-node-timeout: "x" is not a positive duration (e.g. 10s or 500ms)`},
 		{"strategy", func(c *Config) { c.PostgresStrategy = "x" }, `postgres-strategy: unknown strategy "x" (use advisory or lease)`},
 		{"admin", func(c *Config) { c.AdminListen = "x" }, `admin-listen: "x" is not host:port (e.g. 127.0.0.1:9121, or empty to disable)`},
 		{"log level", func(c *Config) { c.LogLevel = "loud" }, `log-level: unknown level "loud" (use debug, info, warn or error)`},

@@ -34,6 +34,7 @@ func fields(c *Config) []field {
 		str("listen", "RESP listener address", &c.Listen),
 		str("backend", "memory, quorum or postgres", &c.Backend),
 		str("quorum-nodes", "comma-separated host:port of the quorum nodes", &c.QuorumNodes),
+		str("quorum-node-timeout", "how long one operation may take on one quorum node", &c.QuorumTimeout),
 		str("postgres-dsn", "PostgreSQL connection string", &c.PostgresDSN),
 		str("postgres-strategy", "advisory or lease", &c.PostgresStrategy),
 		str("admin-listen", "HTTP admin address (/metrics, /healthz, /readyz); empty disables", &c.AdminListen),

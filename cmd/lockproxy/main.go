@@ -13,10 +13,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/proxy"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
 func main() {
@@ -60,8 +63,10 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	scriptLimit, _ := parseDuration(cfg.ScriptTimeLimit)
 	drain, _ := parseDuration(cfg.ShutdownTimeout)
 
-	runner := luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})
-	b := memory.New(memory.Config{Runner: runner})
+	b, warnings, err := newBackend(cfg, scriptLimit, log)
+	if err != nil {
+		return err
+	}
 	defer b.Close(context.Background())
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -72,8 +77,8 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		RequirePass: cfg.RequirePass, MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxScriptBytes: cfg.MaxScriptBytes, BackendName: cfg.Backend, Logger: log,
 	}, b)
-	log.Info("lockproxy started", "backend", cfg.Backend, "listen", ln.Addr().String(),
-		"requirepass", cfg.RequirePass != "", "warning", "memory backend: single node, not HA; locks end with the process")
+	log.Info("lockproxy started", "backend", cfg.Backend, "listen", ln.Addr().String(), "nodes", cfg.nodes(),
+		"requirepass", cfg.RequirePass != "", "warnings", warnings)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -93,6 +98,27 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// newBackend builds the configured backend and the safety warnings the
+// start line reports.
+func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger) (backend.Backend, []string, error) {
+	switch cfg.Backend {
+	case "quorum":
+		timeout, _ := parseDuration(cfg.QuorumTimeout)
+		nodes := cfg.nodes()
+		b, err := quorum.New(quorum.Config{Nodes: nodes, NodeTimeout: timeout, Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		warnings := []string{"node persistence (appendonly, appendfsync) is not checked yet: a node that restarts without persistence may forget locks"}
+		if len(nodes) < 3 {
+			warnings = append(warnings, fmt.Sprintf("%d quorum nodes: losing one loses the majority; use 3 or more", len(nodes)))
+		}
+		return b, warnings, nil
+	}
+	runner := luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})
+	return memory.New(memory.Config{Runner: runner}), []string{"memory backend: single node, not HA; locks end with the process"}, nil
 }
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {

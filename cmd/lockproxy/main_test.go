@@ -37,13 +37,28 @@ func TestCheckConfig(t *testing.T) {
 // TestBinary builds and runs the real binary: it serves, answers a lock
 // cycle and exits 0 on SIGTERM.
 func TestBinary(t *testing.T) {
+	runBinary(t, nil, "backend=memory", "not HA")
+}
+
+// TestBinaryQuorum does the same with the quorum backend over three real
+// redis-servers.
+func TestBinaryQuorum(t *testing.T) {
+	var nodes []string
+	for range 3 {
+		nodes = append(nodes, testsrv.StartRedis(t).Addr)
+	}
+	runBinary(t, []string{"--backend", "quorum", "--quorum-nodes", strings.Join(nodes, ",")}, "backend=quorum", "persistence")
+}
+
+func runBinary(t *testing.T, extra []string, wantLog ...string) {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "lockproxy")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(testsrv.FreePort(t))
 	var logs bytes.Buffer
-	cmd := exec.Command(bin, "--listen", addr, "--config", "../../config.yaml")
+	cmd := exec.Command(bin, append([]string{"--listen", addr, "--config", "../../config.yaml"}, extra...)...)
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -84,7 +99,7 @@ func TestBinary(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("lockproxy did not exit after SIGTERM\n%s", logs.String())
 	}
-	for _, want := range []string{"lockproxy started", "backend=memory", "not HA", "stopped"} {
+	for _, want := range append([]string{"lockproxy started", "stopped"}, wantLog...) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // StartLockproxy serves b in process on a free 127.0.0.1 port and returns
@@ -41,4 +42,21 @@ func StartLockproxy(t testing.TB, cfg proxy.Config, b backend.Backend) string {
 func StartMemoryProxy(t testing.TB) string {
 	t.Helper()
 	return StartLockproxy(t, proxy.Config{}, memory.New(memory.Config{}))
+}
+
+// StartQuorumProxy starts n real redis-servers and serves a quorum backend
+// over them; it returns the proxy's address and the nodes.
+func StartQuorumProxy(t testing.TB, n int) (string, []*Redis) {
+	t.Helper()
+	nodes := make([]*Redis, n)
+	addrs := make([]string, n)
+	for i := range nodes {
+		nodes[i] = StartRedis(t)
+		addrs[i] = nodes[i].Addr
+	}
+	b, err := quorum.New(quorum.Config{Nodes: addrs})
+	if err != nil {
+		t.Fatalf("quorum: %v", err)
+	}
+	return StartLockproxy(t, proxy.Config{BackendName: "quorum"}, b), nodes
 }

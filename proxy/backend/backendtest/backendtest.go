@@ -324,7 +324,10 @@ func testDatabases(t *testing.T, b backend.Backend, k func(string) string) {
 	}
 }
 
-// testOneWinner races many acquirers for one key: exactly one may win.
+// testOneWinner races many acquirers for one key: at most one may win. A
+// single store has exactly one winner; a quorum may have none when the
+// votes split, and must then have undone every partial acquisition, so a
+// later acquire succeeds at once.
 func testOneWinner(t *testing.T, b backend.Backend, k func(string) string) {
 	const n = 32
 	var wg sync.WaitGroup
@@ -347,10 +350,16 @@ func testOneWinner(t *testing.T, b backend.Backend, k func(string) string) {
 	for w := range wins {
 		won = append(won, w)
 	}
-	if len(won) != 1 {
+	switch len(won) {
+	case 0:
+		if !set(t, b, 0, k("race"), "late", backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}}).Written {
+			t.Fatal("no racer won, and the lock is still held: a partial acquisition was left behind")
+		}
+	case 1:
+		wantGet(t, b, 0, k("race"), won[0], true)
+	default:
 		t.Fatalf("%d acquirers won one lock: %v", len(won), won)
 	}
-	wantGet(t, b, 0, k("race"), won[0], true)
 }
 
 const releaseSrc = `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`
@@ -442,8 +451,11 @@ func testEvalErrors(t *testing.T, b backend.Backend, k func(string) string) {
 		t.Fatalf("a failing script = %v; want a ReplyError", err)
 	}
 	wantGet(t, b, 0, k("e"), "x", true)
+	// A script returning pcall's error table is an error reply, which a
+	// backend may return as a Value of KindError or as a ReplyError: the
+	// client sees the same "-ERR …" line.
 	v, err := eval(t, b, 0, `return redis.pcall('set', KEYS[1])`, []string{k("e")})
-	if err != nil || v.Kind != backend.KindError {
+	if !errors.As(err, &re) && v.Kind != backend.KindError {
 		t.Errorf("pcall with a wrong arity = %v, %v; want an error reply", v, err)
 	}
 }

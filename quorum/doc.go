@@ -1,0 +1,25 @@
+// Package quorum is the Redlock backend: every lock operation runs on N
+// independent Redis nodes in parallel and counts only with a majority
+// (Q = N/2+1), for clients that know nothing of Redlock.
+//
+// What it guarantees, and under which assumptions:
+//   - An acquire (SET … NX with an expiry) answers OK only when at least Q
+//     nodes set the key and the time it took, plus a clock-drift allowance
+//     (TTL·DriftFactor + DriftConst), is below the TTL, measured on Go's
+//     monotonic clock. Otherwise every node that may have set the key gets an
+//     owner-checked delete (never a plain DEL) under a fresh bounded context.
+//   - A nil reply ("held by someone else") only when at least N−Q+1 nodes
+//     said the key is held; when failures rather than contention decide,
+//     the client gets "TRYAGAIN quorum not reached: K of N nodes answered".
+//     No false OK, no false nil.
+//   - Other commands and scripts run on every node; the reply a majority
+//     gave is returned, and no majority is a TRYAGAIN error, never a guess.
+//   - Node clients are set up for a lock proxy: no retries, context
+//     deadlines on the socket, explicit pool sizes and timeouts.
+//
+// Redlock's safety rests on the nodes' clocks running at about the same
+// rate and on nodes not forgetting acknowledged keys (persistence with
+// appendfsync always, or a delayed restart). This package does not yet
+// check node persistence, quarantine restarted nodes, batch round trips,
+// or recognise acquiring scripts to undo them: see issue #3's notes.
+package quorum

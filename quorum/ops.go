@@ -1,0 +1,481 @@
+package quorum
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// setScript is SET with every condition of the model, run on each node so
+// that IFEQ/IFNE work on Redis 7 too. ARGV: token, cond (always, nx, xx,
+// eq, ne), match, expiry mode (none, px, pxat, keepttl), expiry value.
+// It answers {written, had a previous value, the previous value}.
+var setScript = redis.NewScript(`local cur = redis.call('get', KEYS[1])
+local c = ARGV[2]
+local go = c == 'always' or (c == 'nx' and not cur) or (c == 'xx' and cur ~= false) or
+  (c == 'eq' and cur == ARGV[3]) or (c == 'ne' and cur ~= ARGV[3])
+local had = 0
+if cur then had = 1 end
+if not go then return {0, had, cur} end
+local m = ARGV[4]
+if m == 'px' or m == 'pxat' then redis.call('set', KEYS[1], ARGV[1], m, ARGV[5])
+elseif m == 'keepttl' then redis.call('set', KEYS[1], ARGV[1], 'keepttl')
+else redis.call('set', KEYS[1], ARGV[1]) end
+return {1, had, cur}`)
+
+// delIfScript deletes KEYS[1] when its token compares as ARGV[2] (eq, ne)
+// with ARGV[1]; the owner-checked delete of a release and of an undo.
+var delIfScript = redis.NewScript(`local v = redis.call('get', KEYS[1])
+if v and ((ARGV[2] == 'eq') == (v == ARGV[1])) then return redis.call('del', KEYS[1]) end
+return 0`)
+
+func condName(c backend.Cond) string {
+	return [...]string{backend.Always: "always", backend.IfAbsent: "nx", backend.IfPresent: "xx",
+		backend.IfEqual: "eq", backend.IfNotEqual: "ne"}[c]
+}
+
+// setResult is one node's answer to setScript.
+type setResult struct {
+	written, had bool
+	prev         []byte
+}
+
+func parseSet(v any) (setResult, bool) {
+	a, ok := v.([]any)
+	if !ok || len(a) < 2 {
+		return setResult{}, false
+	}
+	w, _ := a[0].(int64)
+	h, _ := a[1].(int64)
+	r := setResult{written: w == 1, had: h == 1}
+	if len(a) > 2 {
+		if s, ok := a[2].(string); ok {
+			r.prev = []byte(s)
+		}
+	}
+	return r, true
+}
+
+// Set implements backend.KeySpace. An acquire (NX with an expiry) gets
+// Redlock's validity check and owner-checked undo.
+func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
+	mode, val := "none", ""
+	var ttl time.Duration
+	switch {
+	case o.KeepTTL:
+		mode = "keepttl"
+	case !o.Expiry.At.IsZero():
+		mode, val = "pxat", strconv.FormatInt(o.Expiry.At.UnixMilli(), 10)
+		ttl = time.Until(o.Expiry.At)
+	case o.Expiry.TTL > 0:
+		mode, val = "px", strconv.FormatInt(o.Expiry.TTL.Milliseconds(), 10)
+		ttl = o.Expiry.TTL
+	}
+	defer b.lockKeys(key)()
+	start := time.Now()
+	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
+		return setScript.Run(ctx, c, []string{key}, string(token), condName(o.Cond), string(o.Match), mode, val).Result()
+	})
+	elapsed := time.Since(start)
+
+	var wrote, refused int
+	results := make([]setResult, 0, len(answers))
+	for _, a := range answers {
+		if r, ok := parseSet(a.v); ok && a.err == nil {
+			results = append(results, r)
+			if r.written {
+				wrote++
+			} else {
+				refused++
+			}
+		}
+	}
+	valid := true
+	if o.Cond == backend.IfAbsent && mode != "none" {
+		drift := time.Duration(float64(ttl)*b.cfg.DriftFactor) + b.cfg.DriftConst
+		valid = elapsed+drift < ttl
+	}
+	res := backend.SetResult{}
+	if o.Get {
+		prev, had, ok := b.votePrev(results)
+		if !ok {
+			b.undoIfAcquire(ctx, db, key, token, o)
+			return backend.SetResult{}, b.errNoQuorum(answers)
+		}
+		res.Prev, res.HadPrev = prev, had
+	}
+	switch {
+	case wrote >= b.q && valid:
+		res.Written = true
+		return res, nil
+	case o.Cond == backend.IfAbsent:
+		// A partial or too slow acquire is undone everywhere it may have
+		// landed, nodes that did not answer included.
+		b.undo(ctx, db, key, token)
+	}
+	if refused >= len(b.nodes)-b.q+1 || (wrote >= b.q && !valid) {
+		return res, nil // certainly not ours: held elsewhere, or too late to be safe
+	}
+	return backend.SetResult{}, b.errNoQuorum(answers)
+}
+
+func (b *Backend) undoIfAcquire(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) {
+	if o.Cond == backend.IfAbsent {
+		b.undo(ctx, db, key, token)
+	}
+}
+
+// undo deletes key on every node where it still holds token, under a
+// context of its own: the client's may be the one that ran out.
+func (b *Backend) undo(ctx context.Context, db int, key string, token []byte) {
+	ctx = context.WithoutCancel(ctx)
+	b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
+		return delIfScript.Run(ctx, c, []string{key}, string(token), "eq").Result()
+	})
+}
+
+// votePrev returns the previous value Q nodes agree on.
+func (b *Backend) votePrev(results []setResult) ([]byte, bool, bool) {
+	count := map[string]int{}
+	for _, r := range results {
+		k := "-"
+		if r.had {
+			k = "+" + string(r.prev)
+		}
+		count[k]++
+		if count[k] >= b.q {
+			return r.prev, r.had, true
+		}
+	}
+	return nil, false, false
+}
+
+// voteValue returns the reply Q nodes agree on; node errors that are Redis
+// error replies count as replies.
+func (b *Backend) voteValue(answers []answer) (backend.Value, bool) {
+	count := map[string]int{}
+	for _, a := range answers {
+		v, ok := toValue(a)
+		if !ok {
+			continue
+		}
+		k := v.String()
+		count[k]++
+		if count[k] >= b.q {
+			return v, true
+		}
+	}
+	return backend.Value{}, false
+}
+
+// toValue converts a node's answer to a reply; ok is false for a node
+// failure.
+func toValue(a answer) (backend.Value, bool) {
+	var rerr redis.Error
+	switch {
+	case a.err == nil:
+		return convert(a.v), true
+	case errors.Is(a.err, redis.Nil):
+		return backend.NilValue, true
+	case errors.As(a.err, &rerr) && !isTransient(a.err):
+		return backend.ErrorValue(rerr.Error()), true
+	}
+	return backend.Value{}, false
+}
+
+// isTransient reports node errors that are about the node, not the
+// command: it is loading, read-only, or busy with a script.
+func isTransient(err error) bool {
+	s := err.Error()
+	for _, p := range []string{"LOADING", "READONLY", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"} {
+		if len(s) >= len(p) && s[:len(p)] == p {
+			return true
+		}
+	}
+	return false
+}
+
+func convert(v any) backend.Value {
+	switch x := v.(type) {
+	case backend.Value:
+		return x
+	case nil:
+		return backend.NilValue
+	case int64:
+		return backend.Int(x)
+	case string:
+		return backend.BulkString(x)
+	case []any:
+		out := make([]backend.Value, len(x))
+		for i, e := range x {
+			out[i] = convert(e)
+		}
+		return backend.Array(out...)
+	case redis.Error:
+		return backend.ErrorValue(x.Error())
+	}
+	return backend.ErrorValue("ERR lockproxy: unexpected node reply")
+}
+
+// voteInt runs an integer command everywhere and returns what Q nodes said.
+func (b *Backend) voteInt(ctx context.Context, db int, op func(ctx context.Context, c *redis.Client) (any, error)) (int64, error) {
+	answers := b.fanout(ctx, db, op)
+	v, ok := b.voteValue(answers)
+	if !ok {
+		return 0, b.errNoQuorum(answers)
+	}
+	if v.Kind == backend.KindError {
+		return 0, backend.Reply(string(v.Str))
+	}
+	return v.Int, nil
+}
+
+// voteBool is for predicates: true needs Q nodes, false needs N−Q+1 nodes
+// (so that true is impossible); otherwise the outcome is unknown.
+func (b *Backend) voteBool(ctx context.Context, db int, op func(ctx context.Context, c *redis.Client) (any, error)) (bool, error) {
+	answers := b.fanout(ctx, db, op)
+	yes, no := 0, 0
+	for _, a := range answers {
+		v, ok := toValue(a)
+		switch {
+		case !ok:
+		case v.Kind == backend.KindInt && v.Int != 0:
+			yes++
+		case v.Kind == backend.KindInt:
+			no++
+		default:
+			return false, backend.Reply(string(v.Str))
+		}
+	}
+	switch {
+	case yes >= b.q:
+		return true, nil
+	case no >= len(b.nodes)-b.q+1:
+		return false, nil
+	}
+	return false, b.errNoQuorum(answers)
+}
+
+// Get implements backend.KeySpace: the token a majority holds.
+func (b *Backend) Get(ctx context.Context, db int, key string) ([]byte, bool, error) {
+	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Get(ctx, key).Result() })
+	v, ok := b.voteValue(answers)
+	if !ok {
+		return nil, false, b.errNoQuorum(answers)
+	}
+	if v.Kind == backend.KindNil {
+		return nil, false, nil
+	}
+	return v.Str, true, nil
+}
+
+// Del implements backend.KeySpace.
+func (b *Backend) Del(ctx context.Context, db int, keys []string) (int64, error) {
+	defer b.lockKeys(keys...)()
+	return b.voteInt(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Del(ctx, keys...).Result() })
+}
+
+// DelIf implements backend.KeySpace: an owner-checked release needs Q
+// confirmations.
+func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Cond, match []byte) (bool, error) {
+	defer b.lockKeys(key)()
+	return b.voteBool(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
+		return delIfScript.Run(ctx, c, []string{key}, string(match), condName(cond)).Result()
+	})
+}
+
+// Exists implements backend.KeySpace.
+func (b *Backend) Exists(ctx context.Context, db int, keys []string) (int64, error) {
+	return b.voteInt(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Exists(ctx, keys...).Result() })
+}
+
+// PTTL implements backend.KeySpace: -2 or -1 when a majority says so;
+// otherwise the time to live that at least Q nodes still have.
+func (b *Backend) PTTL(ctx context.Context, db int, key string) (int64, error) {
+	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
+		return c.Do(ctx, "pttl", key).Result()
+	})
+	var live []int64
+	count := map[int64]int{}
+	for _, a := range answers {
+		v, ok := toValue(a)
+		if !ok || v.Kind != backend.KindInt {
+			continue
+		}
+		if v.Int >= 0 {
+			live = append(live, v.Int)
+		} else {
+			count[v.Int]++
+		}
+	}
+	if len(live) >= b.q {
+		slices.Sort(live)
+		return live[len(live)-b.q], nil // Q nodes hold it at least this long
+	}
+	for _, n := range []int64{-2, -1} {
+		if count[n] >= b.q {
+			return n, nil
+		}
+	}
+	return 0, b.errNoQuorum(answers)
+}
+
+// Expire implements backend.KeySpace. An extension that took longer than
+// the new TTL (less the drift allowance) is reported as failed: the key may
+// already have expired on some nodes.
+func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expiry, cond backend.ExpireCond) (bool, error) {
+	args := []any{"pexpire", key, e.TTL.Milliseconds()}
+	ttl := e.TTL
+	if !e.At.IsZero() {
+		args = []any{"pexpireat", key, e.At.UnixMilli()}
+		ttl = time.Until(e.At)
+	}
+	switch cond {
+	case backend.ExpireNX:
+		args = append(args, "nx")
+	case backend.ExpireXX:
+		args = append(args, "xx")
+	case backend.ExpireGT:
+		args = append(args, "gt")
+	case backend.ExpireLT:
+		args = append(args, "lt")
+	case backend.ExpireLTXX:
+		args = append(args, "lt", "xx")
+	}
+	defer b.lockKeys(key)()
+	start := time.Now()
+	ok, err := b.voteBool(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Do(ctx, args...).Result() })
+	if ok && ttl > 0 {
+		drift := time.Duration(float64(ttl)*b.cfg.DriftFactor) + b.cfg.DriftConst
+		ok = time.Since(start)+drift < ttl
+	}
+	return ok, err
+}
+
+// Persist implements backend.KeySpace.
+func (b *Backend) Persist(ctx context.Context, db int, key string) (bool, error) {
+	defer b.lockKeys(key)()
+	return b.voteBool(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Do(ctx, "persist", key).Result() })
+}
+
+// MSet implements backend.KeySpace.
+func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool) (bool, error) {
+	args := []any{"mset"}
+	if nx {
+		args[0] = "msetnx"
+	}
+	var keys []string
+	for _, p := range pairs {
+		args = append(args, p.Key, string(p.Value))
+		keys = append(keys, p.Key)
+	}
+	defer b.lockKeys(keys...)()
+	if !nx {
+		answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Do(ctx, args...).Result() })
+		if v, ok := b.voteValue(answers); ok && v.Kind != backend.KindError {
+			return true, nil
+		}
+		return false, b.errNoQuorum(answers)
+	}
+	return b.voteBool(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Do(ctx, args...).Result() })
+}
+
+// DBSize implements backend.KeySpace: the median of the nodes' counts
+// (keys on a minority of nodes make the count approximate by nature).
+func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
+	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.DBSize(ctx).Result() })
+	var n []int64
+	for _, a := range answers {
+		if v, ok := toValue(a); ok && v.Kind == backend.KindInt {
+			n = append(n, v.Int)
+		}
+	}
+	if len(n) < b.q {
+		return 0, b.errNoQuorum(answers)
+	}
+	slices.Sort(n)
+	return n[len(n)/2], nil
+}
+
+// Eval implements backend.Backend: the script runs on every node (EVALSHA,
+// EVAL when a node does not know it) and the reply Q nodes agree on is
+// returned. Scripts that acquire are not yet recognised and undone when
+// the vote fails (issue #3).
+func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
+	argv := make([]any, len(args))
+	for i, a := range args {
+		argv[i] = string(a)
+	}
+	defer b.lockKeys(keys...)()
+	start := time.Now()
+	sha, eval := "evalsha", "eval"
+	if ro {
+		sha, eval = "evalsha_ro", "eval_ro"
+	}
+	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
+		// Raw RESP3 replies keep a status apart from a bulk string and a
+		// double apart from both.
+		cmd := append([]any{sha, s.SHA1, len(keys)}, toAny(keys)...)
+		raw, err := c.DoRaw(ctx, append(cmd, argv...)...).Result()
+		if err == nil && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
+			cmd[0], cmd[1] = eval, s.Src
+			raw, err = c.DoRaw(ctx, append(cmd, argv...)...).Result()
+		}
+		if err != nil {
+			return nil, err
+		}
+		if bytes.HasPrefix(raw, []byte("-")) && isTransient(errors.New(string(raw[1:]))) {
+			return nil, errors.New(string(bytes.TrimSpace(raw[1:]))) // the node, not the script, failed
+		}
+		return parseRESP(raw)
+	})
+	v, ok := b.voteValue(answers)
+	if !ok {
+		if v, ok = b.voteTime(answers, time.Since(start)); !ok {
+			return backend.Value{}, b.errNoQuorum(answers)
+		}
+	}
+	if v.Kind == backend.KindError {
+		return backend.Value{}, backend.Reply(string(v.Str))
+	}
+	return v, nil
+}
+
+// voteTime settles integer replies that differ only because the nodes ran
+// the script at slightly different times (a script returning a PTTL, such
+// as bsm/redislock's): when at least Q nodes answered integers and the Q
+// largest lie within the fan-out's duration (+2ms) of each other, the
+// smallest of them is the answer — a value Q nodes meet or exceed, the
+// conservative reading for a time to live or a count.
+func (b *Backend) voteTime(answers []answer, took time.Duration) (backend.Value, bool) {
+	var ints []int64
+	for _, a := range answers {
+		if v, ok := toValue(a); ok && v.Kind == backend.KindInt {
+			ints = append(ints, v.Int)
+		}
+	}
+	if len(ints) < b.q {
+		return backend.Value{}, false
+	}
+	slices.Sort(ints)
+	top := ints[len(ints)-b.q:]
+	if top[len(top)-1]-top[0] > took.Milliseconds()+2 {
+		return backend.Value{}, false
+	}
+	return backend.Int(top[0]), true
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
