@@ -7,6 +7,10 @@
 // prints the ratio, so figures are compared within one run:
 //
 //	lockbench -addr 127.0.0.1:6380 -compare 127.0.0.1:6379 -clients 50 -duration 10s
+//
+// An address "redsync:HOST:PORT,HOST:PORT,…" measures client-side Redlock
+// (go-redsync/redsync v4, one try per acquire) over those nodes instead,
+// the baseline of the quorum backend.
 package main
 
 import (
@@ -19,10 +23,14 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -122,6 +130,9 @@ func print(out io.Writer, asJSON bool, r Result) {
 }
 
 func measure(ctx context.Context, c config, addr string) (Result, error) {
+	if nodes, ok := strings.CutPrefix(addr, "redsync:"); ok {
+		return measureRedsync(ctx, c, addr, strings.Split(nodes, ","))
+	}
 	rdb := redis.NewClient(&redis.Options{
 		Addr: addr, Password: c.password, Protocol: c.resp, PoolSize: c.clients, MinIdleConns: c.clients,
 		MaxRetries: -1, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
@@ -135,6 +146,48 @@ func measure(ctx context.Context, c config, addr string) (Result, error) {
 		return Result{}, err
 	}
 
+	token := "lockbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	return loop(ctx, c, addr, func(ctx context.Context, i int, key string) (bool, func() error, error) {
+		tok := token + "-" + strconv.Itoa(i)
+		ok, err := rdb.SetNX(ctx, key, tok, c.ttl).Result()
+		return ok, func() error { return release.Run(ctx, rdb, []string{key}, tok).Err() }, err
+	})
+}
+
+// measureRedsync runs the same cycle with client-side Redlock.
+func measureRedsync(ctx context.Context, c config, addr string, nodes []string) (Result, error) {
+	var pools []redsyncredis.Pool
+	for _, n := range nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: n, Password: c.password, PoolSize: c.clients, MinIdleConns: c.clients})
+		defer rdb.Close()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return Result{}, fmt.Errorf("%s: %w", n, err)
+		}
+		pools = append(pools, goredis.NewPool(rdb))
+	}
+	rs := redsync.New(pools...)
+	return loop(ctx, c, addr, func(ctx context.Context, i int, key string) (bool, func() error, error) {
+		m := rs.NewMutex(key, redsync.WithExpiry(c.ttl), redsync.WithTries(1))
+		err := m.LockContext(ctx)
+		var taken *redsync.ErrTaken
+		if errors.As(err, &taken) || errors.Is(err, redsync.ErrFailed) {
+			return false, nil, nil
+		}
+		return err == nil, func() error {
+			if ok, err := m.UnlockContext(ctx); !ok {
+				return fmt.Errorf("unlock not confirmed: %v", err)
+			}
+			return nil
+		}, err
+	})
+}
+
+// acquireFunc tries to take key for client i; on success it returns the
+// release to run.
+type acquireFunc func(ctx context.Context, i int, key string) (ok bool, release func() error, err error)
+
+// loop runs the clients' lock cycles for the configured duration.
+func loop(ctx context.Context, c config, addr string, acquire acquireFunc) (Result, error) {
 	var cycles, contended, errs atomic.Int64
 	var firstErr atomic.Value
 	fail := func(err error) {
@@ -149,14 +202,13 @@ func measure(ctx context.Context, c config, addr string) (Result, error) {
 	start := time.Now()
 	for i := range c.clients {
 		wg.Go(func() {
-			token := "lockbench-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			for n := 0; runCtx.Err() == nil; n++ {
 				key := "lockbench:" + strconv.Itoa(i)
 				if c.keys > 0 {
 					key = "lockbench:shared:" + strconv.Itoa((i+n)%c.keys)
 				}
 				t0 := time.Now()
-				ok, err := rdb.SetNX(ctx, key, token, c.ttl).Result()
+				ok, release, err := acquire(ctx, i, key)
 				acq[i] = append(acq[i], time.Since(t0))
 				if err != nil {
 					fail(err)
@@ -167,7 +219,7 @@ func measure(ctx context.Context, c config, addr string) (Result, error) {
 					continue
 				}
 				t1 := time.Now()
-				err = release.Run(ctx, rdb, []string{key}, token).Err()
+				err = release()
 				rel[i] = append(rel[i], time.Since(t1))
 				if err != nil {
 					fail(err)
