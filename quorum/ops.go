@@ -114,6 +114,7 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	switch {
 	case wrote >= b.q && valid:
 		res.Written = true
+		b.noteTTL(ttl)
 		return res, nil
 	case o.Cond == backend.IfAbsent:
 		// A partial or too slow acquire is undone everywhere it may have
@@ -353,6 +354,7 @@ func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expi
 	start := time.Now()
 	ok, err := b.voteBool(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Do(ctx, args...).Result() })
 	if ok && ttl > 0 {
+		b.noteTTL(ttl)
 		drift := time.Duration(float64(ttl)*b.cfg.DriftFactor) + b.cfg.DriftConst
 		ok = time.Since(start)+drift < ttl
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
@@ -32,6 +33,9 @@ type Config struct {
 	DriftConst  time.Duration
 	// PoolSize is the connection pool size per node. default: 64
 	PoolSize int
+	// CheckInterval is how often each node's persistence settings and
+	// run_id are read. default: 5s
+	CheckInterval time.Duration
 	// Dialer, when set, opens node connections (tests inject faults).
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives background events. default: discard
@@ -51,6 +55,9 @@ func (c Config) withDefaults() Config {
 	if c.PoolSize <= 0 {
 		c.PoolSize = 64
 	}
+	if c.CheckInterval <= 0 {
+		c.CheckInterval = 5 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -64,6 +71,11 @@ type Backend struct {
 	nodes []*node
 	q     int
 	keys  [256]sync.Mutex // striped by key: see lockKeys
+
+	health []health
+	maxTTL atomic.Int64 // the longest TTL granted, as a Duration
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // lockKeys serialises this proxy's operations on the same keys, so that
@@ -101,7 +113,10 @@ func stripe(key string) uint8 {
 	return uint8(h)
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Checker = (*Backend)(nil)
+)
 
 // node is one Redis node, with one client per database used so far.
 type node struct {
@@ -111,8 +126,9 @@ type node struct {
 	dbs  [keycmd.Databases]*redis.Client
 }
 
-// New connects to the nodes (lazily: a node down at start is a node down,
-// not a failure to start) and returns the Backend.
+// New connects to the nodes (a node down at start is a node down, not a
+// failure to start), reads their settings once, and starts the monitor that
+// Close stops.
 func New(cfg Config) (*Backend, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Nodes) == 0 {
@@ -126,6 +142,10 @@ func New(cfg Config) (*Backend, error) {
 		}
 		b.nodes = append(b.nodes, &node{addr: opt.Addr, opt: opt})
 	}
+	b.health = make([]health, len(b.nodes))
+	b.stop, b.done = make(chan struct{}), make(chan struct{})
+	b.checkAll()
+	go b.monitor()
 	return b, nil
 }
 
@@ -165,8 +185,14 @@ func (n *node) client(db int) *redis.Client {
 	return n.dbs[db]
 }
 
-// Close closes every node client.
+// Close stops the monitor and closes every node client.
 func (b *Backend) Close(context.Context) error {
+	select {
+	case <-b.stop:
+	default:
+		close(b.stop)
+	}
+	<-b.done
 	var errs *multierror.Error
 	for _, n := range b.nodes {
 		n.mu.Lock()
@@ -194,6 +220,10 @@ func (b *Backend) fanout(ctx context.Context, db int, op func(ctx context.Contex
 	ch := make(chan answer, len(b.nodes)) // one send per node: no sender is ever stranded
 	for i, n := range b.nodes {
 		go func() {
+			if b.quarantined(i) {
+				ch <- answer{node: i, err: errQuarantined}
+				return
+			}
 			nctx, cancel := context.WithTimeout(ctx, b.cfg.NodeTimeout)
 			defer cancel()
 			v, err := op(nctx, n.client(db))

@@ -111,7 +111,7 @@ func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger) (backen
 		if err != nil {
 			return nil, nil, err
 		}
-		warnings := []string{"node persistence (appendonly, appendfsync) is not checked yet: a node that restarts without persistence may forget locks"}
+		warnings := b.Warnings()
 		if len(nodes) < 3 {
 			warnings = append(warnings, fmt.Sprintf("%d quorum nodes: losing one loses the majority; use 3 or more", len(nodes)))
 		}

@@ -47,7 +47,7 @@ func TestBinaryQuorum(t *testing.T) {
 	for range 3 {
 		nodes = append(nodes, testsrv.StartRedis(t).Addr)
 	}
-	runBinary(t, []string{"--backend", "quorum", "--quorum-nodes", strings.Join(nodes, ",")}, "backend=quorum", "persistence")
+	runBinary(t, []string{"--backend", "quorum", "--quorum-nodes", strings.Join(nodes, ",")}, "backend=quorum", "appendonly no")
 }
 
 func runBinary(t *testing.T, extra []string, wantLog ...string) {

@@ -19,6 +19,9 @@ type Redis struct {
 	Port int
 	cmd  *exec.Cmd
 	dir  string
+	bin  string
+	args []string
+	t    testing.TB
 }
 
 // Need skips the test when bin is not installed, or fails it under CI.
@@ -65,7 +68,7 @@ func StartRedis(t testing.TB, extraArgs ...string) *Redis {
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start redis-server: %v", err)
 		}
-		r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, cmd: cmd, dir: dir}
+		r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, cmd: cmd, dir: dir, bin: bin, args: args, t: t}
 		if lastErr = r.waitReady(10 * time.Second); lastErr == nil {
 			t.Cleanup(func() { r.Kill(); out.Close() })
 			return r
@@ -130,4 +133,26 @@ func (r *Redis) Kill() {
 	r.cmd.Process.Signal(syscall.SIGCONT)
 	r.cmd.Process.Kill()
 	r.cmd.Wait()
+}
+
+// Restart kills the server and starts a new one on the same port with the
+// same arguments: a node that crashed and came back, with nothing kept
+// unless its arguments persist data.
+func (r *Redis) Restart() {
+	r.t.Helper()
+	r.Kill()
+	cmd := exec.Command(r.bin, r.args...)
+	out, err := os.OpenFile(r.dir+"/redis.log", os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { out.Close() })
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("restart redis-server: %v", err)
+	}
+	r.cmd = cmd
+	if err := r.waitReady(10 * time.Second); err != nil {
+		r.t.Fatalf("restarted redis-server: %v", err)
+	}
 }

@@ -1,0 +1,161 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// health is what the monitor knows of one node.
+type health struct {
+	mu          sync.Mutex
+	runID       string
+	persistent  bool      // appendonly yes with appendfsync always: it keeps what it acknowledged
+	quarantined time.Time // votes are ignored until then
+	warnings    []string
+	reachable   bool
+}
+
+// errQuarantined is a quarantined node's answer: it does not vote.
+var errQuarantined = errors.New("quorum: node quarantined after a restart")
+
+// quarantined reports whether node i is kept out of votes now.
+func (b *Backend) quarantined(i int) bool {
+	h := &b.health[i]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return time.Now().Before(h.quarantined)
+}
+
+// noteTTL records the longest TTL granted, which bounds what a restarted
+// node may have forgotten.
+func (b *Backend) noteTTL(ttl time.Duration) {
+	for {
+		cur := b.maxTTL.Load()
+		if int64(ttl) <= cur || b.maxTTL.CompareAndSwap(cur, int64(ttl)) {
+			return
+		}
+	}
+}
+
+// monitor checks every node each CheckInterval until Close.
+func (b *Backend) monitor() {
+	defer close(b.done)
+	t := time.NewTicker(b.cfg.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			b.checkAll()
+		}
+	}
+}
+
+// checkAll reads every node's persistence and eviction settings and its
+// run_id, and quarantines a node seen to restart: Redlock's delayed
+// restart, for as long as the longest TTL granted, unless the node persists
+// every write (appendfsync always).
+func (b *Backend) checkAll() {
+	var wg sync.WaitGroup
+	for i := range b.nodes {
+		wg.Go(func() { b.check(i) })
+	}
+	wg.Wait()
+}
+
+func (b *Backend) check(i int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*b.cfg.NodeTimeout)
+	defer cancel()
+	n, h := b.nodes[i], &b.health[i]
+	c := n.client(0)
+	info, err := c.Info(ctx, "server").Result()
+	var cfg map[string]string
+	if err == nil {
+		cfg, err = c.ConfigGet(ctx, "*").Result()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		if h.reachable {
+			b.cfg.Logger.Warn("quorum node unreachable", "node", n.addr, "err", err)
+		}
+		h.reachable = false
+		return
+	}
+	h.reachable = true
+	runID := infoField(info, "run_id")
+	h.persistent = cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always"
+	var warn []string
+	if cfg["appendonly"] != "yes" {
+		warn = append(warn, fmt.Sprintf("node %s: appendonly %s: a restart forgets every lock it holds", n.addr, cfg["appendonly"]))
+	} else if cfg["appendfsync"] != "always" {
+		warn = append(warn, fmt.Sprintf("node %s: appendfsync %s: a crash can forget the last second of locks", n.addr, cfg["appendfsync"]))
+	}
+	if p := cfg["maxmemory-policy"]; p != "" && p != "noeviction" {
+		warn = append(warn, fmt.Sprintf("node %s: maxmemory-policy %s: the node may evict held locks (use noeviction)", n.addr, p))
+	}
+	h.warnings = warn
+	if h.runID != "" && runID != h.runID && !h.persistent {
+		d := time.Duration(b.maxTTL.Load())
+		h.quarantined = time.Now().Add(d)
+		b.cfg.Logger.Warn("quorum node restarted: kept out of votes for the longest TTL it may have forgotten",
+			"node", n.addr, "for", d.String())
+	}
+	h.runID = runID
+}
+
+func infoField(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Warnings returns the nodes' current safety warnings (persistence,
+// eviction), for the start line and INFO.
+func (b *Backend) Warnings() []string {
+	var out []string
+	for i := range b.health {
+		h := &b.health[i]
+		h.mu.Lock()
+		out = append(out, h.warnings...)
+		h.mu.Unlock()
+	}
+	return out
+}
+
+// Check implements backend.Checker: ready when a majority of nodes is
+// reachable and not quarantined.
+func (b *Backend) Check(context.Context) error {
+	ok := 0
+	for i := range b.health {
+		h := &b.health[i]
+		h.mu.Lock()
+		if h.reachable && !time.Now().Before(h.quarantined) {
+			ok++
+		}
+		h.mu.Unlock()
+	}
+	if ok < b.q {
+		return fmt.Errorf("quorum: %d of %d nodes usable, %d needed", ok, len(b.nodes), b.q)
+	}
+	return nil
+}
+
+// Quarantined returns the nodes kept out of votes now.
+func (b *Backend) Quarantined() []string {
+	var out []string
+	for i, n := range b.nodes {
+		if b.quarantined(i) {
+			out = append(out, n.addr)
+		}
+	}
+	return out
+}

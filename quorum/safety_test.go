@@ -1,0 +1,76 @@
+package quorum_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/quorum"
+)
+
+func TestPersistenceWarnings(t *testing.T) {
+	volatile := testsrv.StartRedis(t)
+	safe := testsrv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	evicting := testsrv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "volatile-lru")
+	b := newBackend(t, []string{volatile.Addr, safe.Addr, evicting.Addr})
+	w := strings.Join(b.Warnings(), "\n")
+	for _, want := range []string{volatile.Addr + ": appendonly no", evicting.Addr + ": maxmemory-policy volatile-lru"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings %q lack %q", w, want)
+		}
+	}
+	if strings.Contains(w, safe.Addr) {
+		t.Errorf("a node with appendfsync always was warned about: %q", w)
+	}
+	if err := b.Check(t.Context()); err != nil {
+		t.Errorf("Check with three nodes up = %v", err)
+	}
+}
+
+// TestRestartedNodeIsQuarantined is Redlock's delayed restart: A holds a
+// lock on nodes 0 and 1 (node 2 missed it); node 0 restarts empty. Were
+// node 0 to vote, B would win nodes 0 and 2 and two clients would hold the
+// lock. Node 0 must stay out of votes for the longest TTL granted.
+func TestRestartedNodeIsQuarantined(t *testing.T) {
+	nodes := startNodes(t, 3)
+	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), CheckInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	ctx := t.Context()
+	acquire := func(tok string) (backend.SetResult, error) {
+		return b.Set(ctx, 0, "res", []byte(tok), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}})
+	}
+	if res, err := acquire("A"); err != nil || !res.Written {
+		t.Fatalf("A's acquire: %v %v", res, err)
+	}
+	n2 := redis.NewClient(&redis.Options{Addr: nodes[2].Addr})
+	defer n2.Close()
+	n2.Del(ctx, "res") // node 2 missed A's acquire
+
+	nodes[0].Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for q := b.Quarantined(); len(q) != 1 || q[0] != nodes[0].Addr; q = b.Quarantined() {
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted node was not quarantined")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the monitor
+	}
+	if res, err := acquire("B"); res.Written {
+		t.Fatalf("B acquired a lock A holds (err %v): the restarted node voted", err)
+	}
+}
+
+func TestCheckFailsWithoutMajority(t *testing.T) {
+	nodes := startNodes(t, 1)
+	b := newBackend(t, []string{nodes[0].Addr, deadAddr(t), deadAddr(t)})
+	if err := b.Check(t.Context()); err == nil {
+		t.Fatal("Check with one node of three = nil")
+	}
+}
