@@ -38,7 +38,7 @@ func TestPersistenceWarnings(t *testing.T) {
 // lock. Node 0 must stay out of votes for the longest TTL granted.
 func TestRestartedNodeIsQuarantined(t *testing.T) {
 	nodes := startNodes(t, 3)
-	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), CheckInterval: 20 * time.Millisecond})
+	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), CheckInterval: 20 * time.Millisecond, NodeTimeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/proxy"
@@ -28,7 +29,7 @@ func TestDifferentialQuorum(t *testing.T) {
 					admin.do("FLUSHALL")
 					admin.do("SCRIPT", "FLUSH")
 				}
-				b, err := quorum.New(quorum.Config{Nodes: addrs})
+				b, err := quorum.New(quorum.Config{Nodes: addrs, NodeTimeout: time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}

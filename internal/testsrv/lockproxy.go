@@ -54,7 +54,9 @@ func StartQuorumProxy(t testing.TB, n int) (string, []*Redis) {
 		nodes[i] = StartRedis(t)
 		addrs[i] = nodes[i].Addr
 	}
-	b, err := quorum.New(quorum.Config{Nodes: addrs})
+	// A generous node timeout: the whole suite shares two cores under -race,
+	// and a node that answers late must not turn a test's OK into TRYAGAIN.
+	b, err := quorum.New(quorum.Config{Nodes: addrs, NodeTimeout: time.Second})
 	if err != nil {
 		t.Fatalf("quorum: %v", err)
 	}
