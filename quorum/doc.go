@@ -30,7 +30,7 @@
 //
 // Redlock's safety rests on the nodes' clocks running at about the same
 // rate, and there are no fencing tokens yet: a client paused past its TTL
-// can still act on a lock it lost. Not done yet (issue #3): batching
-// concurrent clients' commands per node, and recognising scripts that
-// acquire (node redlock, bsm/redislock) so that a failed vote undoes them.
+// can still act on a lock it lost. Scripts that acquire are recognised by
+// what they do on the nodes (see Eval). Not done yet (issue #3): batching
+// concurrent clients' commands per node into shared round trips.
 package quorum

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -207,6 +208,8 @@ func convert(v any) backend.Value {
 	switch x := v.(type) {
 	case backend.Value:
 		return x
+	case scriptRun:
+		return x.v
 	case nil:
 		return backend.NilValue
 	case int64:
@@ -408,8 +411,15 @@ func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
 
 // Eval implements backend.Backend: the script runs on every node (EVALSHA,
 // EVAL when a node does not know it) and the reply Q nodes agree on is
-// returned. Scripts that acquire are not yet recognised and undone when
-// the vote fails (issue #3).
+// returned.
+//
+// Scripts that acquire are recognised by what they do, not by their SHA1:
+// each node reads the script's KEYS just before and just after it, in the
+// same pipeline, and reports the keys the script created (absent before,
+// holding one of the script's ARGV after). A key created on fewer than Q
+// nodes, or on any node when no reply reached a majority, is removed again
+// on those nodes with an owner-checked delete: a failed acquire leaves
+// nothing behind, as an undone SET NX does.
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
 	argv := make([]any, len(args))
 	for i, a := range args {
@@ -422,32 +432,133 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 		sha, eval = "evalsha_ro", "eval_ro"
 	}
 	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
-		// Raw RESP3 replies keep a status apart from a bulk string and a
-		// double apart from both.
 		cmd := append([]any{sha, s.SHA1, len(keys)}, toAny(keys)...)
-		raw, err := c.DoRaw(ctx, append(cmd, argv...)...).Result()
-		if err == nil && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
+		r, err := runScript(ctx, c, keys, append(cmd, argv...), !ro)
+		if err == nil && bytes.HasPrefix(r.raw, []byte("-NOSCRIPT")) {
 			cmd[0], cmd[1] = eval, s.Src
-			raw, err = c.DoRaw(ctx, append(cmd, argv...)...).Result()
+			r, err = runScript(ctx, c, keys, append(cmd, argv...), !ro)
 		}
 		if err != nil {
 			return nil, err
 		}
-		if bytes.HasPrefix(raw, []byte("-")) && isTransient(errors.New(string(raw[1:]))) {
-			return nil, errors.New(string(bytes.TrimSpace(raw[1:]))) // the node, not the script, failed
+		if bytes.HasPrefix(r.raw, []byte("-")) && isTransient(errors.New(string(r.raw[1:]))) {
+			return nil, errors.New(string(bytes.TrimSpace(r.raw[1:]))) // the node, not the script, failed
 		}
-		return parseRESP(raw)
+		r.created = created(keys, r.pre, r.post, args)
+		if r.v, err = parseRESP(r.raw); err != nil {
+			return nil, err
+		}
+		return r, nil
 	})
 	v, ok := b.voteValue(answers)
 	if !ok {
-		if v, ok = b.voteTime(answers, time.Since(start)); !ok {
-			return backend.Value{}, b.errNoQuorum(answers)
-		}
+		v, ok = b.voteTime(answers, time.Since(start))
+	}
+	b.undoCreated(ctx, db, answers, !ok)
+	if !ok {
+		return backend.Value{}, b.errNoQuorum(answers)
 	}
 	if v.Kind == backend.KindError {
 		return backend.Value{}, backend.Reply(string(v.Str))
 	}
 	return v, nil
+}
+
+// scriptRun is one node's run of a script: its raw reply and what its
+// keys held around it.
+type scriptRun struct {
+	raw       []byte
+	v         backend.Value
+	pre, post []any
+	created   map[string]string // key → the value the script left in it
+}
+
+// runScript runs cmd (EVALSHA or EVAL) on one node; when watch is set and
+// the script has keys, the keys are read just before and after it in the
+// same pipeline (one round trip).
+func runScript(ctx context.Context, c *redis.Client, keys []string, cmd []any, watch bool) (scriptRun, error) {
+	if !watch || len(keys) == 0 {
+		raw, err := c.DoRaw(ctx, cmd...).Result()
+		return scriptRun{raw: raw}, err
+	}
+	pipe := c.Pipeline()
+	pre := pipe.MGet(ctx, keys...)
+	ev := redis.NewRawCmd(ctx, cmd...)
+	pipe.Process(ctx, ev)
+	post := pipe.MGet(ctx, keys...)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return scriptRun{}, err
+	}
+	return scriptRun{raw: ev.Val(), pre: pre.Val(), post: post.Val()}, nil
+}
+
+// created lists the keys absent before the script and holding one of its
+// arguments after it.
+func created(keys []string, pre, post []any, args [][]byte) map[string]string {
+	if len(pre) != len(keys) || len(post) != len(keys) {
+		return nil
+	}
+	var out map[string]string
+	for i, k := range keys {
+		after, ok := post[i].(string)
+		if pre[i] != nil || !ok {
+			continue
+		}
+		for _, a := range args {
+			if after == string(a) {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = after
+				break
+			}
+		}
+	}
+	return out
+}
+
+// undoCreated removes, with owner-checked deletes, the keys a script
+// created on fewer than Q nodes, or on any node when the vote failed.
+func (b *Backend) undoCreated(ctx context.Context, db int, answers []answer, voteFailed bool) {
+	count := map[string]int{}
+	for _, a := range answers {
+		if r, ok := a.v.(scriptRun); ok {
+			for k := range r.created {
+				count[k]++
+			}
+		}
+	}
+	undo := map[int]map[string]string{}
+	for _, a := range answers {
+		r, ok := a.v.(scriptRun)
+		if !ok {
+			continue
+		}
+		for k, tok := range r.created {
+			if voteFailed || count[k] < b.q {
+				if undo[a.node] == nil {
+					undo[a.node] = map[string]string{}
+				}
+				undo[a.node][k] = tok
+			}
+		}
+	}
+	if len(undo) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	for i, kv := range undo {
+		wg.Go(func() {
+			uctx, cancel := context.WithTimeout(ctx, b.cfg.NodeTimeout)
+			defer cancel()
+			c := b.nodes[i].client(db)
+			for k, tok := range kv {
+				delIfScript.Run(uctx, c, []string{k}, tok, "eq")
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // voteTime settles integer replies that differ only because the nodes ran
