@@ -79,8 +79,8 @@ async function redlock5(c) {
   assert.equal(await c.exists(`${prefix}:m1`, `${prefix}:m2`), 0);
 
   // using() extends the lock while the routine runs past the first TTL.
-  await redlock.using([`${prefix}:using`], 600, { automaticExtensionThreshold: 300 }, async (signal) => {
-    await sleep(1500);
+  await redlock.using([`${prefix}:using`], 1000, { automaticExtensionThreshold: 500 }, async (signal) => {
+    await sleep(2500);
     assert.equal(signal.aborted, false, `using() lost its lock: ${signal.error}`);
     assert.ok((await c.pttl(`${prefix}:using`)) > 0, 'the lock expired inside using()');
   });
