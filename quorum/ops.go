@@ -81,8 +81,8 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	}
 	defer b.lockKeys(key)()
 	start := time.Now()
-	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
-		return setScript.Run(ctx, c, []string{key}, string(token), condName(o.Cond), string(o.Match), mode, val).Result()
+	answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) {
+		return c.script(ctx, setScript, []string{key}, string(token), condName(o.Cond), string(o.Match), mode, val)
 	})
 	elapsed := time.Since(start)
 
@@ -138,8 +138,8 @@ func (b *Backend) undoIfAcquire(ctx context.Context, db int, key string, token [
 // context of its own: the client's may be the one that ran out.
 func (b *Backend) undo(ctx context.Context, db int, key string, token []byte) {
 	ctx = context.WithoutCancel(ctx)
-	b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
-		return delIfScript.Run(ctx, c, []string{key}, string(token), "eq").Result()
+	b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) {
+		return c.script(ctx, delIfScript, []string{key}, string(token), "eq")
 	})
 }
 
@@ -229,7 +229,7 @@ func convert(v any) backend.Value {
 }
 
 // voteInt runs an integer command everywhere and returns what Q nodes said.
-func (b *Backend) voteInt(ctx context.Context, db int, op func(ctx context.Context, c *redis.Client) (any, error)) (int64, error) {
+func (b *Backend) voteInt(ctx context.Context, db int, op func(ctx context.Context, c nodeConn) (any, error)) (int64, error) {
 	answers := b.fanout(ctx, db, op)
 	v, ok := b.voteValue(answers)
 	if !ok {
@@ -243,7 +243,7 @@ func (b *Backend) voteInt(ctx context.Context, db int, op func(ctx context.Conte
 
 // voteBool is for predicates: true needs Q nodes, false needs N−Q+1 nodes
 // (so that true is impossible); otherwise the outcome is unknown.
-func (b *Backend) voteBool(ctx context.Context, db int, op func(ctx context.Context, c *redis.Client) (any, error)) (bool, error) {
+func (b *Backend) voteBool(ctx context.Context, db int, op func(ctx context.Context, c nodeConn) (any, error)) (bool, error) {
 	answers := b.fanout(ctx, db, op)
 	yes, no := 0, 0
 	for _, a := range answers {
@@ -269,7 +269,7 @@ func (b *Backend) voteBool(ctx context.Context, db int, op func(ctx context.Cont
 
 // Get implements backend.KeySpace: the token a majority holds.
 func (b *Backend) Get(ctx context.Context, db int, key string) ([]byte, bool, error) {
-	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Get(ctx, key).Result() })
+	answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Get(ctx, key).Result() })
 	v, ok := b.voteValue(answers)
 	if !ok {
 		return nil, false, b.errNoQuorum(answers)
@@ -283,27 +283,27 @@ func (b *Backend) Get(ctx context.Context, db int, key string) ([]byte, bool, er
 // Del implements backend.KeySpace.
 func (b *Backend) Del(ctx context.Context, db int, keys []string) (int64, error) {
 	defer b.lockKeys(keys...)()
-	return b.voteInt(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Del(ctx, keys...).Result() })
+	return b.voteInt(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Del(ctx, keys...).Result() })
 }
 
 // DelIf implements backend.KeySpace: an owner-checked release needs Q
 // confirmations.
 func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Cond, match []byte) (bool, error) {
 	defer b.lockKeys(key)()
-	return b.voteBool(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
-		return delIfScript.Run(ctx, c, []string{key}, string(match), condName(cond)).Result()
+	return b.voteBool(ctx, db, func(ctx context.Context, c nodeConn) (any, error) {
+		return c.script(ctx, delIfScript, []string{key}, string(match), condName(cond))
 	})
 }
 
 // Exists implements backend.KeySpace.
 func (b *Backend) Exists(ctx context.Context, db int, keys []string) (int64, error) {
-	return b.voteInt(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Exists(ctx, keys...).Result() })
+	return b.voteInt(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Exists(ctx, keys...).Result() })
 }
 
 // PTTL implements backend.KeySpace: -2 or -1 when a majority says so;
 // otherwise the time to live that at least Q nodes still have.
 func (b *Backend) PTTL(ctx context.Context, db int, key string) (int64, error) {
-	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
+	answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) {
 		return c.Do(ctx, "pttl", key).Result()
 	})
 	var live []int64
@@ -355,7 +355,7 @@ func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expi
 	}
 	defer b.lockKeys(key)()
 	start := time.Now()
-	ok, err := b.voteBool(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Do(ctx, args...).Result() })
+	ok, err := b.voteBool(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Do(ctx, args...).Result() })
 	if ok && ttl > 0 {
 		b.noteTTL(ttl)
 		drift := time.Duration(float64(ttl)*b.cfg.DriftFactor) + b.cfg.DriftConst
@@ -367,7 +367,7 @@ func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expi
 // Persist implements backend.KeySpace.
 func (b *Backend) Persist(ctx context.Context, db int, key string) (bool, error) {
 	defer b.lockKeys(key)()
-	return b.voteBool(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Do(ctx, "persist", key).Result() })
+	return b.voteBool(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Do(ctx, "persist", key).Result() })
 }
 
 // MSet implements backend.KeySpace.
@@ -383,19 +383,19 @@ func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool)
 	}
 	defer b.lockKeys(keys...)()
 	if !nx {
-		answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Do(ctx, args...).Result() })
+		answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Do(ctx, args...).Result() })
 		if v, ok := b.voteValue(answers); ok && v.Kind != backend.KindError {
 			return true, nil
 		}
 		return false, b.errNoQuorum(answers)
 	}
-	return b.voteBool(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.Do(ctx, args...).Result() })
+	return b.voteBool(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Do(ctx, args...).Result() })
 }
 
 // DBSize implements backend.KeySpace: the median of the nodes' counts
 // (keys on a minority of nodes make the count approximate by nature).
 func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
-	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) { return c.DBSize(ctx).Result() })
+	answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.DBSize(ctx).Result() })
 	var n []int64
 	for _, a := range answers {
 		if v, ok := toValue(a); ok && v.Kind == backend.KindInt {
@@ -431,7 +431,7 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	if ro {
 		sha, eval = "evalsha_ro", "eval_ro"
 	}
-	answers := b.fanout(ctx, db, func(ctx context.Context, c *redis.Client) (any, error) {
+	answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) {
 		cmd := append([]any{sha, s.SHA1, len(keys)}, toAny(keys)...)
 		r, err := runScript(ctx, c, keys, append(cmd, argv...), !ro)
 		if err == nil && bytes.HasPrefix(r.raw, []byte("-NOSCRIPT")) {
@@ -476,20 +476,32 @@ type scriptRun struct {
 // runScript runs cmd (EVALSHA or EVAL) on one node; when watch is set and
 // the script has keys, the keys are read just before and after it in the
 // same pipeline (one round trip).
-func runScript(ctx context.Context, c *redis.Client, keys []string, cmd []any, watch bool) (scriptRun, error) {
-	if !watch || len(keys) == 0 {
-		raw, err := c.DoRaw(ctx, cmd...).Result()
-		return scriptRun{raw: raw}, err
-	}
-	pipe := c.Pipeline()
-	pre := pipe.MGet(ctx, keys...)
+func runScript(ctx context.Context, c nodeConn, keys []string, cmd []any, watch bool) (scriptRun, error) {
 	ev := redis.NewRawCmd(ctx, cmd...)
-	pipe.Process(ctx, ev)
-	post := pipe.MGet(ctx, keys...)
-	if _, err := pipe.Exec(ctx); err != nil {
+	if !watch || len(keys) == 0 {
+		err := c.bt.do(ctx, ev)
+		return scriptRun{raw: ev.Val()}, err
+	}
+	mget := append([]any{"mget"}, toAny(keys)...)
+	pre, post := redis.NewSliceCmd(ctx, mget...), redis.NewSliceCmd(ctx, mget...)
+	if err := c.bt.do(ctx, pre, ev, post); err != nil {
 		return scriptRun{}, err
 	}
 	return scriptRun{raw: ev.Val(), pre: pre.Val(), post: post.Val()}, nil
+}
+
+// script runs one of the proxy's own node scripts through the batcher
+// (EVALSHA; on NOSCRIPT, go-redis loads it with EVAL).
+func (c nodeConn) script(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
+	cmd := redis.NewCmd(ctx, append(append([]any{"evalsha", s.Hash(), len(keys)}, toAny(keys)...), args...)...)
+	err := c.bt.do(ctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return s.Run(ctx, c, keys, args...).Result()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
 }
 
 // created lists the keys absent before the script and holding one of its
@@ -554,7 +566,7 @@ func (b *Backend) undoCreated(ctx context.Context, db int, answers []answer, vot
 			defer cancel()
 			c := b.nodes[i].client(db)
 			for k, tok := range kv {
-				delIfScript.Run(uctx, c, []string{k}, tok, "eq")
+				delIfScript.Run(uctx, c, []string{k}, tok, "eq") // rare: not worth a batch
 			}
 		})
 	}

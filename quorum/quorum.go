@@ -124,6 +124,24 @@ type node struct {
 	opt  *redis.Options
 	mu   sync.Mutex
 	dbs  [keycmd.Databases]*redis.Client
+	bts  [keycmd.Databases]*batcher
+}
+
+// nodeConn is one node's client for one database and its batcher.
+type nodeConn struct {
+	*redis.Client
+	bt *batcher
+}
+
+// conn returns the node's client and batcher for db.
+func (n *node) conn(db int, timeout time.Duration, stop <-chan struct{}) nodeConn {
+	c := n.client(db)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.bts[db] == nil {
+		n.bts[db] = newBatcher(c, timeout, stop)
+	}
+	return nodeConn{Client: c, bt: n.bts[db]}
 }
 
 // New connects to the nodes (a node down at start is a node down, not a
@@ -216,7 +234,7 @@ type answer struct {
 
 // fanout runs op on every node in parallel, each under its own NodeTimeout,
 // and returns every node's answer. One slow node costs at most its timeout.
-func (b *Backend) fanout(ctx context.Context, db int, op func(ctx context.Context, c *redis.Client) (any, error)) []answer {
+func (b *Backend) fanout(ctx context.Context, db int, op func(ctx context.Context, c nodeConn) (any, error)) []answer {
 	ch := make(chan answer, len(b.nodes)) // one send per node: no sender is ever stranded
 	for i, n := range b.nodes {
 		go func() {
@@ -226,7 +244,7 @@ func (b *Backend) fanout(ctx context.Context, db int, op func(ctx context.Contex
 			}
 			nctx, cancel := context.WithTimeout(ctx, b.cfg.NodeTimeout)
 			defer cancel()
-			v, err := op(nctx, n.client(db))
+			v, err := op(nctx, n.conn(db, b.cfg.NodeTimeout, b.stop))
 			ch <- answer{node: i, v: v, err: err}
 		}()
 	}
