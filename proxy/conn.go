@@ -75,7 +75,14 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 		}
 	}()
 	s.stats.commands.Add(1)
+	var start time.Time
+	if s.metrics != nil {
+		start = time.Now()
+	}
 	v := cl.command(cmd.Args)
+	if s.metrics != nil {
+		s.metrics.observe(cl.lastCmd, v, time.Since(start))
+	}
 	cl.buf = appendValue(cl.buf[:0], v, cl.resp3)
 	conn.WriteRaw(cl.buf)
 	if len(cl.buf) > 64<<10 {

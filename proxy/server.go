@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/redcon"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
@@ -35,6 +36,8 @@ type Config struct {
 	// Logger receives errors and, at debug level, per-command lines.
 	// default: discard
 	Logger *slog.Logger
+	// Registerer receives the proxy's metrics. default: none kept
+	Registerer prometheus.Registerer
 }
 
 func (c Config) withDefaults() Config {
@@ -70,6 +73,7 @@ type Server struct {
 	log     *slog.Logger
 	scripts *scriptCache
 	started time.Time
+	metrics *metrics // nil without a Registerer
 	// immediate: the backend never blocks (backend.Immediate), so key
 	// commands need no deadline of their own.
 	immediate bool
@@ -95,11 +99,15 @@ func New(cfg Config, b backend.Backend) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	_, immediate := b.(backend.Immediate)
-	return &Server{immediate: immediate,
+	s := &Server{immediate: immediate,
 		cfg: cfg, b: b, log: cfg.Logger, scripts: newScriptCache(cfg.MaxScriptCacheBytes),
 		started: time.Now(), ctx: ctx, cancel: cancel,
 		clients: make(map[*client]struct{}), idle: make(chan struct{}),
 	}
+	if cfg.Registerer != nil {
+		s.metrics = newMetrics(cfg.Registerer, s)
+	}
+	return s
 }
 
 // Serve accepts clients on ln until Shutdown, then returns nil.

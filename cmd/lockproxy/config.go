@@ -46,6 +46,7 @@ func defaults() Config {
 type options struct {
 	configPath  string
 	checkConfig bool
+	healthcheck bool
 }
 
 // load builds the configuration from args and env (os.Environ form).
@@ -55,6 +56,7 @@ func load(args []string, env []string, stderr io.Writer) (Config, options, error
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.configPath, "config", "", "YAML config file (default: config.yaml in the working directory if present)")
 	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit")
+	fs.BoolVar(&o.healthcheck, "healthcheck", false, "ask the running lockproxy's admin endpoint (admin-listen) whether it is alive; exit 0 if so")
 	d := defaults()
 	flagVals := map[string]*string{}
 	for _, f := range fields(&d) {

@@ -10,10 +10,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/memory"
@@ -59,6 +63,9 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stdout, "configuration ok")
 		return nil
 	}
+	if opts.healthcheck {
+		return healthcheck(ctx, cfg.AdminListen)
+	}
 	log := newLogger(cfg, stderr)
 	scriptLimit, _ := parseDuration(cfg.ScriptTimeLimit)
 	drain, _ := parseDuration(cfg.ShutdownTimeout)
@@ -73,10 +80,22 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := proxy.New(proxy.Config{
 		RequirePass: cfg.RequirePass, MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
-		MaxScriptBytes: cfg.MaxScriptBytes, BackendName: cfg.Backend, Logger: log,
+		MaxScriptBytes: cfg.MaxScriptBytes, BackendName: cfg.Backend, Logger: log, Registerer: reg,
 	}, b)
+	if cfg.AdminListen != "" {
+		admin, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listen: %w", err)
+		}
+		hs := &http.Server{Handler: proxy.AdminHandler(reg, b), ReadHeaderTimeout: 5 * time.Second}
+		go hs.Serve(admin)
+		defer hs.Close()
+	}
 	log.Info("lockproxy started", "backend", cfg.Backend, "listen", ln.Addr().String(), "nodes", cfg.nodes(),
 		"requirepass", cfg.RequirePass != "", "warnings", warnings)
 
@@ -129,4 +148,27 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, o))
 	}
 	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// healthcheck asks a running lockproxy's admin endpoint whether it is
+// alive (for container health checks, where there is no curl).
+func healthcheck(ctx context.Context, admin string) error {
+	if admin == "" {
+		return errors.New("healthcheck: admin-listen is empty")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s", resp.Status)
+	}
+	return nil
 }

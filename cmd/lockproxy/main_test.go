@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -57,8 +59,9 @@ func runBinary(t *testing.T, extra []string, wantLog ...string) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(testsrv.FreePort(t))
+	admin := "127.0.0.1:" + strconv.Itoa(testsrv.FreePort(t))
 	var logs bytes.Buffer
-	cmd := exec.Command(bin, append([]string{"--listen", addr, "--config", "../../config.yaml"}, extra...)...)
+	cmd := exec.Command(bin, append([]string{"--listen", addr, "--admin-listen", admin, "--config", "../../config.yaml"}, extra...)...)
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -87,6 +90,24 @@ func runBinary(t *testing.T, extra []string, wantLog ...string) {
 		if got, _ := rd.ReadString('\n'); got != step.want {
 			t.Fatalf("%q = %q; want %q", step.req, got, step.want)
 		}
+	}
+	for path, want := range map[string]string{
+		"/healthz": "ok",
+		"/readyz":  "ready",
+		"/metrics": `lockproxy_commands_total{command="set",outcome="nil"} 1`,
+	} {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s = %d %q; want it to contain %q", path, resp.StatusCode, body, want)
+		}
+	}
+	if out, err := exec.Command(bin, "--healthcheck", "--admin-listen", admin, "--config", "../../config.yaml").CombinedOutput(); err != nil {
+		t.Errorf("--healthcheck against a running lockproxy: %v\n%s", err, out)
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)

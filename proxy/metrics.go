@@ -1,0 +1,110 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// metrics are the proxy's Prometheus series, registered on the Registerer
+// of its Config (never the global one). Labels are bounded: command names
+// come from the command tables, anything else is "unknown".
+type metrics struct {
+	byCmd map[string]*cmdMetrics
+}
+
+// cmdMetrics are one command's pre-resolved series, so the hot path does
+// no label lookups.
+type cmdMetrics struct {
+	ok, nilReply, errReply, tryagain prometheus.Counter
+	duration                         prometheus.Observer
+}
+
+func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
+	commands := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockproxy_commands_total",
+		Help: "Commands answered, by command and outcome (ok, nil, error, tryagain).",
+	}, []string{"command", "outcome"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lockproxy_command_duration_seconds",
+		Help:    "Time from a command's arrival to its reply, by command.",
+		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	}, []string{"command"})
+	clients := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockproxy_connected_clients",
+		Help: "Client connections open now.",
+	}, func() float64 { return float64(s.clientCount()) })
+	scripts := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockproxy_script_cache_entries",
+		Help: "Scripts in the EVALSHA cache.",
+	}, func() float64 { return float64(s.scripts.len()) })
+	reg.MustRegister(commands, duration, clients, scripts)
+
+	m := &metrics{byCmd: map[string]*cmdMetrics{}}
+	names := append([]string{"unknown"}, keyCommandNames...)
+	for n := range commandsTable() {
+		names = append(names, n)
+	}
+	for _, n := range names {
+		m.byCmd[n] = &cmdMetrics{
+			ok:       commands.WithLabelValues(n, "ok"),
+			nilReply: commands.WithLabelValues(n, "nil"),
+			errReply: commands.WithLabelValues(n, "error"),
+			tryagain: commands.WithLabelValues(n, "tryagain"),
+			duration: duration.WithLabelValues(n),
+		}
+	}
+	return m
+}
+
+// commandsTable lists the proxy's own command names.
+func commandsTable() map[string]*connCmd { return commands }
+
+// observe counts one answered command.
+func (m *metrics) observe(cmd string, v backend.Value, took time.Duration) {
+	cm := m.byCmd[cmd]
+	if cm == nil {
+		cm = m.byCmd["unknown"]
+	}
+	switch {
+	case v.Kind == backend.KindError && strings.HasPrefix(string(v.Str), "TRYAGAIN"):
+		cm.tryagain.Inc()
+	case v.Kind == backend.KindError:
+		cm.errReply.Inc()
+	case v.IsNil():
+		cm.nilReply.Inc()
+	default:
+		cm.ok.Inc()
+	}
+	cm.duration.Observe(took.Seconds())
+}
+
+// AdminHandler serves /metrics from gatherer, /healthz (the process is
+// alive) and /readyz (the backend can serve: a quorum of nodes, the
+// database; a backend without backend.Checker is always ready).
+func AdminHandler(gatherer prometheus.Gatherer, b backend.Backend) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := b.(backend.Checker); ok {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := c.Check(ctx); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
