@@ -426,7 +426,6 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 		argv[i] = string(a)
 	}
 	defer b.lockKeys(keys...)()
-	start := time.Now()
 	sha, eval := "evalsha", "eval"
 	if ro {
 		sha, eval = "evalsha_ro", "eval_ro"
@@ -452,7 +451,7 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	})
 	v, ok := b.voteValue(answers)
 	if !ok {
-		v, ok = b.voteTime(answers, time.Since(start))
+		v, ok = b.voteTime(answers)
 	}
 	b.undoCreated(ctx, db, answers, !ok)
 	if !ok {
@@ -576,10 +575,10 @@ func (b *Backend) undoCreated(ctx context.Context, db int, answers []answer, vot
 // voteTime settles integer replies that differ only because the nodes ran
 // the script at slightly different times (a script returning a PTTL, such
 // as bsm/redislock's): when at least Q nodes answered integers and the Q
-// largest lie within the fan-out's duration (+2ms) of each other, the
+// largest lie within two node timeouts (+2ms) of each other, the
 // smallest of them is the answer — a value Q nodes meet or exceed, the
 // conservative reading for a time to live or a count.
-func (b *Backend) voteTime(answers []answer, took time.Duration) (backend.Value, bool) {
+func (b *Backend) voteTime(answers []answer) (backend.Value, bool) {
 	var ints []int64
 	for _, a := range answers {
 		if v, ok := toValue(a); ok && v.Kind == backend.KindInt {
@@ -591,7 +590,9 @@ func (b *Backend) voteTime(answers []answer, took time.Duration) (backend.Value,
 	}
 	slices.Sort(ints)
 	top := ints[len(ints)-b.q:]
-	if top[len(top)-1]-top[0] > took.Milliseconds()+2 {
+	// Each node ran the script within one node timeout of the others, and
+	// the keys' expiries were set within one node timeout of each other too.
+	if top[len(top)-1]-top[0] > 2*b.cfg.NodeTimeout.Milliseconds()+2 {
 		return backend.Value{}, false
 	}
 	return backend.Int(top[0]), true

@@ -1,0 +1,59 @@
+package tests
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// diffScriptCases runs every script captured from the client libraries
+// (testdata/scripts/*.lua) with one and with two keys, against the states
+// a lock can be in (absent, held by the caller's token, held by another
+// token), and with three argument lists: the usual (token, TTL, TTL), one
+// that takes the scripts' other branches (redis-py's additive extend,
+// redislock's 0 TTL) and one whose TTL is not a number
+// (the script's error text and line).
+func diffScriptCases(t testing.TB) []diffCase {
+	t.Helper()
+	files, err := filepath.Glob("testdata/scripts/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := []diffState{
+		{"absent", nil},
+		{"mine", []diffLine{diffL("SET", "lock:a", "tok", "PX", "20000"), diffL("SET", "lock:b", "tok", "PX", "20000")}},
+		{"theirs", []diffLine{diffL("SET", "lock:a", "other", "PX", "20000")}},
+		{"mine-no-ttl", []diffLine{diffL("SET", "lock:a", "tok"), diffL("SET", "lock:b", "tok")}},
+	}
+	argLists := []struct {
+		name string
+		args []string
+	}{
+		{"", []string{"tok", "10000", "10000"}},
+		{"/other-branches", []string{"tok", "20000", "0"}},
+		{"/bad-ttl", []string{"tok", "abc", "x"}},
+	}
+	var cases []diffCase
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".lua")
+		for _, st := range states {
+			for _, al := range argLists {
+				c := diffCase{name: "lib-script/" + name + "/" + st.name + al.name}
+				c.lines = append(c.lines, st.setup...)
+				// '~': a script may answer a TTL (redislock's pttl.lua).
+				one := append([]string{"EVAL", string(src), "1", "lock:a"}, al.args...)
+				two := append([]string{"EVAL", string(src), "2", "lock:a", "lock:b"}, al.args...)
+				c.lines = append(c.lines,
+					diffApprox(one...), diffL("GET", "lock:a"), diffApprox("PTTL", "lock:a"),
+					diffApprox(two...), diffL("MGET", "lock:a", "lock:b"), diffApprox("PTTL", "lock:b"))
+				cases = append(cases, c)
+			}
+		}
+	}
+	return cases
+}
