@@ -2,7 +2,9 @@ package quorum_test
 
 import (
 	"context"
+	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,10 +50,10 @@ func TestSlowNodeBeyondValidity(t *testing.T) {
 	}
 	defer b.Close(context.Background())
 	res, err := b.Set(t.Context(), 0, "lat", []byte("mine"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: 100 * time.Millisecond}})
-	if res.Written {
-		t.Fatal("an acquire that took longer than its TTL was granted")
+	var re *backend.ReplyError
+	if res.Written || !errors.As(err, &re) || !strings.HasPrefix(re.Reply, "TRYAGAIN quorum reached too late") {
+		t.Fatalf("an acquire that took longer than its TTL = %v, %v; want TRYAGAIN", res, err)
 	}
-	_ = err
 	for i, nd := range nodes {
 		c := redis.NewClient(&redis.Options{Addr: nd.Addr})
 		if v, _ := c.Get(t.Context(), "lat").Result(); v == "mine" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -98,8 +99,12 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 			}
 		}
 	}
+	// The validity rule applies to an acquire with a future expiry; without
+	// one (no TTL, KEEPTTL on an absent key) the lock has no deadline to
+	// miss, and with one in the past Redis itself answers OK for a key that
+	// is gone at once.
 	valid := true
-	if o.Cond == backend.IfAbsent && mode != "none" {
+	if o.Cond == backend.IfAbsent && (mode == "px" || mode == "pxat") && ttl > 0 {
 		drift := time.Duration(float64(ttl)*b.cfg.DriftFactor) + b.cfg.DriftConst
 		valid = elapsed+drift < ttl
 	}
@@ -122,8 +127,14 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 		// landed, nodes that did not answer included.
 		b.undo(ctx, db, key, token)
 	}
-	if refused >= len(b.nodes)-b.q+1 || (wrote >= b.q && !valid) {
-		return res, nil // certainly not ours: held elsewhere, or too late to be safe
+	if wrote >= b.q && !valid {
+		// Timing, not contention, decided: never a nil, which would say
+		// someone else holds the lock.
+		return backend.SetResult{}, &backend.ReplyError{Reply: fmt.Sprintf(
+			"TRYAGAIN quorum reached too late: the acquire took %dms of a %dms TTL", elapsed.Milliseconds(), ttl.Milliseconds())}
+	}
+	if refused >= len(b.nodes)-b.q+1 {
+		return res, nil // certainly not ours: held elsewhere
 	}
 	return backend.SetResult{}, b.errNoQuorum(answers)
 }
