@@ -20,7 +20,7 @@ if ((${#missing[@]})); then
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-if [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/node/node_modules ]; then
+if [ -f tests/node/package-lock.json ] && { [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/node/node_modules ]; }; then
 	(cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
 

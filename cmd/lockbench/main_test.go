@@ -35,8 +35,19 @@ func TestRunAgainstRedisAndLockproxy(t *testing.T) {
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
-	var out bytes.Buffer
-	if err := run(t.Context(), []string{"-clients", "0"}, &out); err == nil {
-		t.Fatal("-clients 0 accepted")
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"no clients", []string{"-clients", "0"}},
+		{"no duration", []string{"-duration", "0s"}},
+		{"resp 4", []string{"-resp", "4"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := run(t.Context(), tt.args, &out); err == nil {
+				t.Fatalf("%q accepted", tt.args)
+			}
+		})
 	}
 }

@@ -1,5 +1,3 @@
-// Command lockproxy serves distributed locks to unmodified Redis clients.
-// See the README for its flags, its configuration file and its backends.
 package main
 
 import (
