@@ -21,9 +21,12 @@
 // Error texts follow Redis 7.0 byte for byte where gopher-lua lets them: a
 // runtime or redis.call error that escapes a script ends in
 // " script: <sha1>, on @user_script:<line>."; a compile error reads
-// "ERR Error compiling script (new function): user_script:<line>: …" with
-// gopher-lua's description of the problem, which is worded differently from
-// Lua 5.1's (the one intended divergence, checked by prefix in the tests).
+// "ERR Error compiling script (new function): user_script:<line>: …". Where
+// the VM itself describes a problem (a syntax error; arithmetic on nil and
+// similar runtime errors) the description after "user_script:<line>:" is
+// gopher-lua's, worded differently from Lua 5.1's: the one intended
+// divergence, checked by prefix in the tests. Errors raised by the sandbox,
+// the redis library and the commands are Redis's own texts.
 //
 // A Runner is safe for concurrent use. It keeps a pool of Lua states so a
 // script call does not pay for a new VM, and a cache of compiled scripts by

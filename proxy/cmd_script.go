@@ -162,10 +162,7 @@ func cmdScript(cl *client, args [][]byte) backend.Value {
 		}
 		return backend.Array(out...)
 	case "flush":
-		if len(args) > 3 {
-			return backend.ErrorValue(backend.ErrWrongArgs("script|flush"))
-		}
-		if len(args) == 3 && lower(args[2]) != "sync" && lower(args[2]) != "async" {
+		if len(args) > 3 || len(args) == 3 && lower(args[2]) != "sync" && lower(args[2]) != "async" {
 			return backend.ErrorValue("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
 		}
 		cl.s.scripts.flush()
