@@ -4,13 +4,16 @@
 //
 // Guarantees:
 //   - every command is atomic; a script is atomic over every key it touches,
-//     declared in KEYS or not, in any database it SELECTs;
+//     declared in KEYS or not, in any database it SELECTs, and, as in
+//     Redis 7, sees the clock stand still at its start (a key live when it
+//     starts cannot expire between its GET and its PEXPIRE);
 //   - a key is dead at its deadline to the millisecond (a read finds it
 //     gone, a write finds it absent), however late the reaper is;
 //   - expired keys are reclaimed in the background, Redis-style: a reaper
 //     samples keys in every shard on each tick and repeats while more than a
 //     quarter of a sample had expired, so memory follows the live keys under
-//     acquire/expire churn, with bounded work per tick;
+//     acquire/expire churn, with bounded work per tick; a shard's map that
+//     emptied after a peak is rebuilt smaller, since Go maps never shrink;
 //   - databases 0 to 15 are separate key spaces.
 //
 // Concurrency: one RWMutex over the store and 64 shards with a mutex each.

@@ -31,8 +31,9 @@ type Backend struct {
 	shards [numShards]shard
 	runner *luascripts.Runner
 
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
 }
 
 // Immediate tells the proxy that no operation here waits (backend.Immediate).
@@ -51,8 +52,9 @@ type entry struct {
 }
 
 type shard struct {
-	mu  sync.Mutex
-	dbs [keycmd.Databases]map[string]entry
+	mu   sync.Mutex
+	dbs  [keycmd.Databases]map[string]entry
+	peak [keycmd.Databases]int // most entries each map held since it was last rebuilt
 }
 
 // New returns a Backend and starts its reaper.
@@ -70,11 +72,7 @@ func New(cfg Config) *Backend {
 
 // Close stops the reaper and waits for it. The data stays readable.
 func (b *Backend) Close(context.Context) error {
-	select {
-	case <-b.stop:
-	default:
-		close(b.stop)
-	}
+	b.stopOnce.Do(func() { close(b.stop) })
 	<-b.done
 	return nil
 }
@@ -114,18 +112,23 @@ func (b *Backend) all(db int, f func(v *view)) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	f(&view{b: b})
+	f(&view{b: b, now: time.Now().UnixMilli()})
 	return nil
 }
 
-// Eval runs s atomically: nothing else touches the store while it runs.
+// Eval runs s atomically: nothing else touches the store while it runs,
+// so every key it touches, declared in KEYS or not and in any database it
+// SELECTs, is covered. As in Redis 7, the script's clock stands still: a
+// key live when the script starts stays live until it ends (unless the
+// script deletes it), and relative expiries count from the start.
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
 	if err := checkDB(db); err != nil {
 		return backend.Value{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: &view{b: b}, DB: db, RO: ro})
+	v := &view{b: b, now: time.Now().UnixMilli()}
+	return b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: v, DB: db, RO: ro})
 }
 
 // Set implements backend.KeySpace.

@@ -9,7 +9,14 @@ import (
 // Reaping follows Redis's active expiry: per tick, sample reapSample keys
 // of each shard and database and delete the expired ones; while more than a
 // quarter of a sample had expired, sample again, at most reapRounds times.
-// Each round holds one shard's mutex for a few microseconds.
+// Each round holds one shard's mutex (under the read side of the store
+// lock) for a few microseconds, so the reaper never pauses the store: at
+// most reapSample*reapRounds keys per shard and database per tick, and a
+// map that emptied after a peak is rebuilt smaller (shard.shrink).
+//
+// Keys that are expired but not yet sampled are dead to every command
+// (shard.get judges each key by its deadline); the reaper only bounds the
+// memory they hold, to about a third more than the live keys need.
 const (
 	reapSample = 20
 	reapRounds = 16
@@ -36,14 +43,18 @@ func (b *Backend) reapOnce() int {
 	for i := range b.shards {
 		sh := &b.shards[i]
 		for db := range keycmd.Databases {
-			for range reapRounds {
+			for round := 0; ; round++ {
 				b.mu.RLock()
 				sh.mu.Lock()
-				seen, expired := sh.sample(db, reapSample, now())
+				seen, expired := sh.sample(db, reapSample, time.Now().UnixMilli())
+				again := seen > 0 && expired*4 > seen && round+1 < reapRounds
+				if !again {
+					sh.shrink(db)
+				}
 				sh.mu.Unlock()
 				b.mu.RUnlock()
 				total += expired
-				if seen == 0 || expired*4 <= seen {
+				if !again {
 					break
 				}
 			}

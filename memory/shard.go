@@ -21,10 +21,15 @@ func (sh *shard) get(db int, key string, now int64) (entry, bool) {
 }
 
 func (sh *shard) put(db int, key string, e entry) {
-	if sh.dbs[db] == nil {
-		sh.dbs[db] = make(map[string]entry)
+	m := sh.dbs[db]
+	if m == nil {
+		m = make(map[string]entry)
+		sh.dbs[db] = m
 	}
-	sh.dbs[db][key] = e
+	m[key] = e
+	if n := len(m); n > sh.peak[db] {
+		sh.peak[db] = n
+	}
 }
 
 func (sh *shard) set(db int, key string, tok []byte, o backend.SetOptions, now int64) backend.SetResult {
@@ -166,4 +171,32 @@ func (sh *shard) sample(db int, n int, now int64) (seen, expired int) {
 		}
 	}
 	return seen, expired
+}
+
+// Go maps keep their buckets when entries are deleted, so a map that once
+// held many keys would keep their memory after they expired. shrink drops
+// an empty map, and copies one that has fallen to a quarter of its peak
+// (when that peak was at least shrinkMin entries) into a new one of the
+// right size; the copy costs at most a quarter of the peak, paid once per
+// shrink.
+const shrinkMin = 1024
+
+func (sh *shard) shrink(db int) bool {
+	m := sh.dbs[db]
+	switch {
+	case m == nil:
+		return false
+	case len(m) == 0:
+		sh.dbs[db] = nil
+	case sh.peak[db] < shrinkMin || len(m) > sh.peak[db]/4:
+		return false
+	default:
+		n := make(map[string]entry, len(m))
+		for k, e := range m {
+			n[k] = e
+		}
+		sh.dbs[db] = n
+	}
+	sh.peak[db] = len(m)
+	return true
 }
