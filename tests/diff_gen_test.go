@@ -31,7 +31,7 @@ func diffApprox(args ...string) diffLine { return diffLine{mode: '~', args: args
 // is absolute (EXAT/PXAT/EXPIREAT), whose TTL ticks with the wall clock.
 func diffTTLLine(absolute bool) diffLine {
 	if absolute {
-		return diffApprox("TTL", "k")
+		return diffLine{mode: '%', args: []string{"TTL", "k"}}
 	}
 	return diffL("TTL", "k")
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 )
@@ -26,19 +27,29 @@ type diffCase struct {
 // diffLine is one command and how its replies are compared:
 //
 //	' ' byte for byte (the default)
-//	'~' a remaining time: integers above and within 500 of each other (PTTL,
-//	    milliseconds; room for a loaded machine), or 1 for TTL (seconds)
-//	'^' errors equal up to "user_script:N:" (gopher-lua words compile
-//	    errors its own way; see luascripts' doc)
+//	'~' a remaining time in milliseconds (PTTL, or a script answering one):
+//	    integers above 500 and within 500 of each other (room for a loaded
+//	    machine)
+//	'%' a remaining time in seconds (TTL of an absolute expiry, which ticks
+//	    with the wall clock and may round differently on the two servers):
+//	    integers above 1 and within 1 of each other
+//	'^' a Lua VM error: equal up to "user_script:N:" and from " script:
+//	    <sha1>, on @user_script:N." on (gopher-lua words compile errors and
+//	    runtime errors like arithmetic on nil its own way: the one intended
+//	    divergence, see luascripts' doc); other replies as '~'
 //	'?' not compared (INFO, CLIENT ID, TIME …)
+//	'>' sent as an inline command (the line's text as is, then CRLF, as
+//	    redis-benchmark and telnet users send it) and compared byte for byte
 type diffLine struct {
-	mode byte
-	args []string
+	mode   byte
+	args   []string
+	inline string // the raw text of an inline command ('>')
 }
 
 // diffLoadCorpus reads every testdata/corpus/*.txt file: cases are blocks
 // separated by blank lines; "# name" starts a case; a line may begin with
-// one of the mode characters and a space.
+// one of the mode characters and a space. Arguments are quoted as in
+// redis-cli (see splitCommand): "a\x00b", 'as is'.
 func diffLoadCorpus(t *testing.T) []diffCase {
 	t.Helper()
 	files, err := filepath.Glob("testdata/corpus/*.txt")
@@ -69,8 +80,12 @@ func diffLoadCorpus(t *testing.T) []diffCase {
 				cur = &cases[len(cases)-1]
 			}
 			mode := byte(' ')
-			if len(line) > 2 && strings.ContainsRune("~^?%", rune(line[0])) && line[1] == ' ' {
+			if len(line) > 2 && strings.ContainsRune("~^?%>", rune(line[0])) && line[1] == ' ' {
 				mode, line = line[0], line[2:]
+			}
+			if mode == '>' {
+				cur.lines = append(cur.lines, diffLine{mode: mode, args: strings.Fields(line), inline: line})
+				continue
 			}
 			args, err := splitCommand(line)
 			if err != nil {
@@ -115,8 +130,8 @@ func diffRun(t *testing.T, redisAddr, proxyAddr string, proto int, c diffCase) {
 		}
 	}
 	for i, l := range c.lines {
-		w, werr := want.do(l.args...)
-		g, gerr := got.do(l.args...)
+		w, werr := diffSend(want, l)
+		g, gerr := diffSend(got, l)
 		if werr != nil || gerr != nil {
 			// Both servers closing the connection (after QUIT) is the same
 			// behaviour; a timeout or one side closing is not.
@@ -132,6 +147,18 @@ func diffRun(t *testing.T, redisAddr, proxyAddr string, proto int, c diffCase) {
 			t.Errorf("%s\n    redis: %q\nlockproxy: %q", diffShow(l.args), w, g)
 		}
 	}
+}
+
+// diffSend sends l's command on c and returns the raw reply.
+func diffSend(c *respConn, l diffLine) (string, error) {
+	if l.mode != '>' {
+		return c.do(l.args...)
+	}
+	c.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.c.Write([]byte(l.inline + "\r\n")); err != nil {
+		return "", err
+	}
+	return c.reply()
 }
 
 // diffClosed reports whether err means the server closed the connection.
@@ -150,35 +177,38 @@ func diffSame(l diffLine, w, g string) bool {
 	case '?':
 		return true
 	case '~':
-		return diffNear(l.args, w, g)
+		return diffNear(w, g, 500)
 	case '%':
-		if strings.HasPrefix(w, ":") && strings.HasPrefix(g, ":") {
-			a, err1 := strconv.ParseInt(strings.TrimSpace(w[1:]), 10, 64)
-			b, err2 := strconv.ParseInt(strings.TrimSpace(g[1:]), 10, 64)
-			return err1 == nil && err2 == nil && a-b <= 1 && b-a <= 1 && (a < 0) == (b < 0)
-		}
+		return diffNear(w, g, 1)
 	case '^':
 		lw, lg := diffScriptPos.FindStringIndex(w), diffScriptPos.FindStringIndex(g)
 		if lw != nil && lg != nil {
-			return w[:lw[1]] == g[:lg[1]]
+			// Equal up to "user_script:N:" and, for a runtime error, from
+			// " script: <sha1>, on @user_script:N." on: only the VM's own
+			// description in between may differ.
+			return w[:lw[1]] == g[:lg[1]] && diffErrorSuffix(w, lw[1]) == diffErrorSuffix(g, lg[1])
 		}
 		// Not a VM error after all (a script may answer a TTL): as '~'.
-		return diffNear(l.args, w, g)
+		return diffNear(w, g, 500)
 	}
 	return false
 }
 
-// diffNear reports whether two integer replies are one remaining time read
-// a moment apart: within 1 for TTL (seconds; Redis rounds, so an absolute
-// expiry's TTL ticks at every half second) and within 500 for anything else
-// (milliseconds: PTTL, or a script returning one). Only values both above
-// that margin may differ: -1 and -2 (no expiry, absent) and a script's 0,
-// 1 or key count must be equal.
-func diffNear(args []string, w, g string) bool {
-	margin := int64(500)
-	if len(args) > 0 && strings.EqualFold(args[0], "TTL") {
-		margin = 1
+// diffErrorSuffix returns the " script: <sha1>, on @user_script:N." end
+// of a script's runtime error (after position from), or "" for a compile
+// error, which has none.
+func diffErrorSuffix(reply string, from int) string {
+	if i := strings.LastIndex(reply, " script: "); i >= from {
+		return reply[i:]
 	}
+	return ""
+}
+
+// diffNear reports whether two integer replies are one remaining time read
+// a moment apart: within margin of each other. Only values both above the
+// margin may differ: -1 and -2 (no expiry, absent) and a script's 0, 1 or
+// key count must be equal.
+func diffNear(w, g string, margin int64) bool {
 	if !strings.HasPrefix(w, ":") || !strings.HasPrefix(g, ":") {
 		return false
 	}
@@ -187,9 +217,16 @@ func diffNear(args []string, w, g string) bool {
 	return err1 == nil && err2 == nil && a > margin && b > margin && a-b <= margin && b-a <= margin
 }
 
+// diffShow quotes a command for a failure message; a long argument (a
+// library's script, which the case name identifies) is cut short.
 func diffShow(args []string) string {
+	const long = 80
 	q := make([]string, len(args))
 	for i, a := range args {
+		if len(a) > long {
+			q[i] = strconv.Quote(a[:long]) + fmt.Sprintf("…(%d bytes)", len(a))
+			continue
+		}
 		q[i] = strconv.Quote(a)
 	}
 	return strings.Join(q, " ")

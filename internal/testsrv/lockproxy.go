@@ -13,7 +13,8 @@ import (
 )
 
 // StartLockproxy serves b in process on a free 127.0.0.1 port and returns
-// its address. When the test ends the proxy drains and b is closed.
+// its address. When the test ends the proxy shuts down (in-flight replies
+// are delivered) and b is closed; a failure of either fails the test.
 func StartLockproxy(t testing.TB, cfg proxy.Config, b backend.Backend) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -32,7 +33,9 @@ func StartLockproxy(t testing.TB, cfg proxy.Config, b backend.Backend) string {
 		if err := <-served; err != nil {
 			t.Errorf("lockproxy serve: %v", err)
 		}
-		b.Close(ctx)
+		if err := b.Close(ctx); err != nil {
+			t.Errorf("lockproxy backend close: %v", err)
+		}
 	})
 	return ln.Addr().String()
 }

@@ -56,6 +56,9 @@ func ErrUnknownCommand(name string, args [][]byte) string {
 			break
 		}
 		s := string(a)
+		if i := strings.IndexByte(s, 0); i >= 0 {
+			s = s[:i] // Redis prints the arguments with %s: each stops at a NUL byte
+		}
 		if room := 128 - b.Len(); len(s) > room {
 			s = s[:room]
 		}

@@ -42,8 +42,10 @@ func cmdDelIfEq(ctx context.Context, ks backend.KeySpace, db int, args [][]byte)
 }
 
 // cmdDelEx is Redis 8.4's DELEX key [IFEQ value | IFNE value]. Without a
-// condition it deletes like DEL. The digest conditions (IFDEQ, IFDNE) are
-// not supported and answer a syntax error.
+// condition it deletes like DEL. As in Redis, a condition needs exactly one
+// value (else the arity error), an absent key answers 0 before the
+// condition is looked at, and an unknown condition is refused. The digest
+// conditions (IFDEQ, IFDNE) are not supported and are refused the same way.
 func cmdDelEx(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (backend.Value, error) {
 	key := string(args[1])
 	if len(args) == 2 {
@@ -53,16 +55,21 @@ func cmdDelEx(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (
 		}
 		return backend.Int(n), nil
 	}
+	if len(args) != 4 {
+		return backend.Value{}, backend.Reply(backend.ErrWrongArgs("delex"))
+	}
 	var cond backend.Cond
 	switch {
-	case len(args) != 4:
-		return backend.Value{}, errSyntax
 	case eqFold(args[2], "ifeq"):
 		cond = backend.IfEqual
 	case eqFold(args[2], "ifne"):
 		cond = backend.IfNotEqual
 	default:
-		return backend.Value{}, errSyntax
+		n, err := ks.Exists(ctx, db, []string{key})
+		if err != nil || n == 0 {
+			return backend.Int(0), err
+		}
+		return backend.Value{}, backend.Reply("ERR Invalid condition. Use IFEQ, IFNE, IFDEQ, or IFDNE")
 	}
 	ok, err := ks.DelIf(ctx, db, key, cond, clone(args[3]))
 	if err != nil {
