@@ -1,8 +1,11 @@
 package luascripts
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	lua "github.com/yuin/gopher-lua"
@@ -18,51 +21,42 @@ const (
 	logWarning = 3
 )
 
+// The redis.set_repl flags, as in Redis.
+const (
+	replAOF     = 1
+	replReplica = 2
+)
+
+// The texts of the errors the redis table raises, as Redis 7 words them
+// (each gets "ERR " in front).
+const (
+	msgNoArgs       = "Please specify at least one argument for this redis lib call"
+	msgBadArg       = "Lua redis lib command arguments must be strings or integers"
+	msgReplyArgs    = "wrong number or type of arguments"
+	msgSHA1Args     = "wrong number of arguments"
+	msgLogArgs      = "redis.log() requires two arguments or more."
+	msgLogLevelType = "First argument must be a number (log level)."
+	msgLogLevel     = "Invalid debug level."
+	msgRESPArgs     = "redis.setresp() requires one argument."
+	msgRESPVersion  = "RESP version must be 2 or 3."
+	msgReplArgs     = "redis.set_repl() requires two arguments." // sic
+	msgReplFlags    = "Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE."
+)
+
 // redisLib builds the redis table scripts see.
 func (v *vm) redisLib() *lua.LTable {
 	L := v.L
 	t := L.NewTable()
 	fns := map[string]lua.LGFunction{
-		"call":         func(L *lua.LState) int { return v.call(L, true) },
-		"pcall":        func(L *lua.LState) int { return v.call(L, false) },
-		"error_reply":  replyFunc("err"),
-		"status_reply": replyFunc("ok"),
-		"sha1hex": func(L *lua.LState) int {
-			if L.GetTop() != 1 {
-				L.RaiseError("wrong number of arguments")
-			}
-			L.Push(lua.LString(sha1hex(L.ToString(1))))
-			return 1
-		},
-		"log": func(L *lua.LState) int {
-			if L.GetTop() < 2 {
-				L.RaiseError("redis.log() requires two arguments or more.")
-			}
-			level, ok := L.Get(1).(lua.LNumber)
-			if !ok || level < logDebug || level > logWarning {
-				L.RaiseError("Invalid debug level.")
-			}
-			parts := make([]string, 0, L.GetTop()-1)
-			for i := 2; i <= L.GetTop(); i++ {
-				parts = append(parts, L.ToString(i))
-			}
-			lv := map[lua.LNumber]slog.Level{logDebug: slog.LevelDebug, logVerbose: slog.LevelDebug, logNotice: slog.LevelInfo, logWarning: slog.LevelWarn}[level]
-			v.log.Log(v.ctx, lv, strings.Join(parts, " "), "source", "redis.log")
-			return 0
-		},
-		"setresp": func(L *lua.LState) int {
-			if L.GetTop() != 1 {
-				L.RaiseError("redis.setresp() requires one argument.")
-			}
-			n := L.CheckInt(1)
-			if n != 2 && n != 3 {
-				L.RaiseError("RESP version must be 2 or 3.")
-			}
-			v.resp = n
-			return 0
-		},
+		"call":               func(L *lua.LState) int { return v.call(L, true) },
+		"pcall":              func(L *lua.LState) int { return v.call(L, false) },
+		"error_reply":        errorReply,
+		"status_reply":       statusReply,
+		"sha1hex":            sha1Hex,
+		"log":                v.logLine,
+		"setresp":            v.setRESP,
+		"set_repl":           setRepl,
 		"replicate_commands": func(L *lua.LState) int { L.Push(lua.LTrue); return 1 },
-		"set_repl":           func(L *lua.LState) int { return 0 },
 		"breakpoint":         func(L *lua.LState) int { L.Push(lua.LFalse); return 1 },
 		"debug":              func(L *lua.LState) int { return 0 },
 	}
@@ -70,41 +64,141 @@ func (v *vm) redisLib() *lua.LTable {
 		t.RawSetString(name, L.NewFunction(fn))
 	}
 	for name, n := range map[string]int{"LOG_DEBUG": logDebug, "LOG_VERBOSE": logVerbose, "LOG_NOTICE": logNotice,
-		"LOG_WARNING": logWarning, "REPL_NONE": 0, "REPL_AOF": 1, "REPL_SLAVE": 2, "REPL_REPLICA": 2, "REPL_ALL": 3} {
+		"LOG_WARNING": logWarning, "REPL_NONE": 0, "REPL_AOF": replAOF, "REPL_SLAVE": replReplica,
+		"REPL_REPLICA": replReplica, "REPL_ALL": replAOF | replReplica} {
 		t.RawSetString(name, lua.LNumber(n))
 	}
 	t.RawSetString("REDIS_VERSION", lua.LString(RedisVersion))
-	t.RawSetString("REDIS_VERSION_NUM", lua.LNumber(7<<16|2<<8|4))
+	t.RawSetString("REDIS_VERSION_NUM", lua.LNumber(redisVersionNum))
 	return t
 }
 
-// replyFunc is redis.error_reply (field "err") or redis.status_reply
-// ("ok"): one string argument, returned as the reply table.
-func replyFunc(field string) lua.LGFunction {
-	return func(L *lua.LState) int {
-		s, ok := L.Get(1).(lua.LString)
-		if L.GetTop() != 1 || !ok {
-			L.RaiseError("wrong number or type of arguments")
-		}
-		L.Push(replyTable(L, field, string(s)))
+// errorReply is redis.error_reply: {err=text}, text made as Redis makes
+// it from "-" and the argument. Bad arguments give an error table too,
+// returned, not raised.
+func errorReply(L *lua.LState) int {
+	s, ok := L.Get(1).(lua.LString)
+	if L.GetTop() != 1 || !ok {
+		L.Push(errorTable(L, errorText(msgReplyArgs)))
 		return 1
 	}
+	line := string(s)
+	if !strings.HasPrefix(line, "-") {
+		line = "-" + line
+	}
+	L.Push(errorTable(L, errorText(line)))
+	return 1
 }
 
-func replyTable(L *lua.LState, field, s string) *lua.LTable {
+// statusReply is redis.status_reply: {ok=text}.
+func statusReply(L *lua.LState) int {
+	s, ok := L.Get(1).(lua.LString)
+	if L.GetTop() != 1 || !ok {
+		L.Push(errorTable(L, errorText(msgReplyArgs)))
+		return 1
+	}
 	t := L.CreateTable(0, 1)
-	t.RawSetString(field, lua.LString(s))
-	return t
+	t.RawSetString("ok", s)
+	L.Push(t)
+	return 1
+}
+
+func sha1Hex(L *lua.LState) int {
+	if L.GetTop() != 1 {
+		return raise(L, msgSHA1Args)
+	}
+	sum := sha1.Sum([]byte(lua.LVAsString(L.Get(1))))
+	L.Push(lua.LString(hex.EncodeToString(sum[:])))
+	return 1
+}
+
+// toNumber is lua_tonumber: a number, or a string that reads as one
+// (strtod or hex, spaces around allowed); ok is false for anything else.
+func toNumber(v lua.LValue) (n lua.LNumber, ok bool) {
+	switch x := v.(type) {
+	case lua.LNumber:
+		return x, true
+	case lua.LString:
+		s := strings.TrimSpace(string(x))
+		if h, found := strings.CutPrefix(strings.ToLower(s), "0x"); found {
+			u, err := strconv.ParseUint(h, 16, 64)
+			return lua.LNumber(u), err == nil
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		return lua.LNumber(f), err == nil && !strings.Contains(s, "_")
+	}
+	return 0, false
+}
+
+// logLine is redis.log: the level, then the message parts (strings and
+// numbers, joined by spaces) to cfg.Logger.
+func (v *vm) logLine(L *lua.LState) int {
+	n := L.GetTop()
+	if n < 2 {
+		return raise(L, msgLogArgs)
+	}
+	lv, ok := toNumber(L.Get(1))
+	if !ok {
+		return raise(L, msgLogLevelType)
+	}
+	level := int(lv)
+	if level < logDebug || level > logWarning {
+		return raise(L, msgLogLevel)
+	}
+	var b strings.Builder
+	for i := 2; i <= n; i++ {
+		switch a := L.Get(i).(type) {
+		case lua.LString:
+			if i > 2 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(string(a))
+		case lua.LNumber:
+			if i > 2 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(numberString(a))
+		}
+	}
+	sl := [...]slog.Level{logDebug: slog.LevelDebug, logVerbose: slog.LevelDebug, logNotice: slog.LevelInfo, logWarning: slog.LevelWarn}[level]
+	v.log.Log(v.ctx, sl, b.String(), "source", "redis.log")
+	return 0
+}
+
+// setRESP is redis.setresp: the protocol of the replies redis.call gives
+// the script from now on.
+func (v *vm) setRESP(L *lua.LState) int {
+	if L.GetTop() != 1 {
+		return raise(L, msgRESPArgs)
+	}
+	n, _ := toNumber(L.Get(1))
+	if resp := int(n); resp == 2 || resp == 3 {
+		v.resp = resp
+		return 0
+	}
+	return raise(L, msgRESPVersion)
+}
+
+// setRepl is redis.set_repl: checked, then ignored (lockproxy has no
+// replicas).
+func setRepl(L *lua.LState) int {
+	if L.GetTop() != 1 {
+		return raise(L, msgReplArgs)
+	}
+	n, _ := toNumber(L.Get(1))
+	if int(n)&^(replAOF|replReplica) != 0 {
+		return raise(L, msgReplFlags)
+	}
+	return 0
 }
 
 // call is redis.call (raise) and redis.pcall (return the error table).
-func (v *vm) call(L *lua.LState, raise bool) int {
+func (v *vm) call(L *lua.LState, raiseErr bool) int {
 	fail := func(msg string) int {
-		t := replyTable(L, "err", msg)
-		if raise {
-			L.Error(t, 0)
+		if raiseErr {
+			return raise(L, msg)
 		}
-		L.Push(t)
+		L.Push(errorTable(L, errorText(msg)))
 		return 1
 	}
 	if v.abort != nil {
@@ -112,24 +206,38 @@ func (v *vm) call(L *lua.LState, raise bool) int {
 	}
 	n := L.GetTop()
 	if n == 0 {
-		return fail("ERR Please specify at least one argument for this redis lib call")
+		return fail(msgNoArgs)
 	}
-	args := make([][]byte, n)
+	// One buffer holds every argument (a backend may keep them: they are
+	// copies, never Lua's own strings).
+	size := 0
 	for i := 1; i <= n; i++ {
 		switch a := L.Get(i).(type) {
 		case lua.LString:
-			args[i-1] = []byte(a)
+			size += len(a)
 		case lua.LNumber:
-			args[i-1] = []byte(formatNumber(a))
+			size += 24
 		default:
-			return fail("ERR Lua redis lib command arguments must be strings or integers")
+			return fail(msgBadArg)
 		}
 	}
-	val, err := v.caller.Call(v.ctx, args)
+	buf := make([]byte, 0, size)
+	args := make([][]byte, n)
+	for i := range args {
+		start := len(buf)
+		switch a := L.Get(i + 1).(type) {
+		case lua.LString:
+			buf = append(buf, a...)
+		case lua.LNumber:
+			buf = append(buf, formatNumber(a)...)
+		}
+		args[i] = buf[start:len(buf):len(buf)]
+	}
+	val, err := v.callCaller(args)
 	if err != nil {
 		var re *backend.ReplyError
 		if errors.As(err, &re) {
-			return fail(re.Reply)
+			return fail("-" + re.Reply)
 		}
 		// Storage failed: the script must not go on as if it had an
 		// answer. Cancelling the run makes every later instruction fail,
@@ -142,142 +250,17 @@ func (v *vm) call(L *lua.LState, raise bool) int {
 	return 1
 }
 
-// toLua converts a command's reply to Lua as Redis does for the script's
-// protocol (redis.setresp).
-func (v *vm) toLua(val backend.Value) lua.LValue {
-	L := v.L
-	switch val.Kind {
-	case backend.KindInt:
-		return lua.LNumber(val.Int)
-	case backend.KindBulk, backend.KindVerbatim, backend.KindBigNumber:
-		if v.resp == 3 && val.Kind == backend.KindBigNumber {
-			return replyTable(L, "big_number", string(val.Str))
+// callCaller runs the Caller. A panic in it does not become a script
+// error: it is kept, the run is stopped, and Run panics again with it
+// once out of the Lua state, so the panic reaches the caller's recovery.
+func (v *vm) callCaller(args [][]byte) (val backend.Value, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			v.panicked = p
+			err = errCallerPanicked
 		}
-		return lua.LString(val.Str)
-	case backend.KindNil, backend.KindNilArray:
-		if v.resp == 3 {
-			return lua.LNil
-		}
-		return lua.LFalse
-	case backend.KindStatus:
-		return replyTable(L, "ok", string(val.Str))
-	case backend.KindError:
-		return replyTable(L, "err", string(val.Str))
-	case backend.KindDouble:
-		if v.resp == 3 {
-			t := L.CreateTable(0, 1)
-			t.RawSetString("double", lua.LNumber(val.Float))
-			return t
-		}
-		return lua.LString(formatNumber(lua.LNumber(val.Float)))
-	case backend.KindBool:
-		if v.resp == 3 {
-			return lua.LBool(val.Int != 0)
-		}
-		return lua.LNumber(val.Int)
-	case backend.KindMap:
-		if v.resp == 3 {
-			m := L.NewTable()
-			for i := 0; i+1 < len(val.Elems); i += 2 {
-				m.RawSet(v.toLua(val.Elems[i]), v.toLua(val.Elems[i+1]))
-			}
-			t := L.CreateTable(0, 1)
-			t.RawSetString("map", m)
-			return t
-		}
-	case backend.KindSet:
-		if v.resp == 3 {
-			s := L.NewTable()
-			for _, e := range val.Elems {
-				s.RawSet(v.toLua(e), lua.LTrue)
-			}
-			t := L.CreateTable(0, 1)
-			t.RawSetString("set", s)
-			return t
-		}
-	}
-	t := L.CreateTable(len(val.Elems), 0)
-	for _, e := range val.Elems {
-		t.Append(v.toLua(e))
-	}
-	return t
+	}()
+	return v.caller.Call(v.ctx, args)
 }
 
-// maxDepth bounds the nesting of a script's reply, so a table that holds
-// itself is an error, not a hang.
-const maxDepth = 200
-
-// toValue converts a script's return value to a reply by Redis's rules.
-func (v *vm) toValue(lv lua.LValue, depth int) (backend.Value, error) {
-	if depth > maxDepth {
-		return backend.Value{}, backend.Reply("ERR reached lua stack limit")
-	}
-	switch x := lv.(type) {
-	case lua.LString:
-		return backend.BulkString(string(x)), nil
-	case lua.LNumber:
-		return backend.Int(int64(x)), nil
-	case lua.LBool:
-		if v.resp == 3 {
-			return backend.Value{Kind: backend.KindBool, Int: map[bool]int64{true: 1}[bool(x)]}, nil
-		}
-		if x {
-			return backend.Int(1), nil
-		}
-		return backend.NilValue, nil
-	case *lua.LTable:
-		if s, ok := x.RawGetString("err").(lua.LString); ok {
-			return backend.ErrorValue(oneLine(string(s))), nil
-		}
-		if s, ok := x.RawGetString("ok").(lua.LString); ok {
-			return backend.Status(oneLine(string(s))), nil
-		}
-		if d, ok := x.RawGetString("double").(lua.LNumber); ok {
-			return backend.Value{Kind: backend.KindDouble, Float: float64(d)}, nil
-		}
-		if s, ok := x.RawGetString("big_number").(lua.LString); ok {
-			return backend.Value{Kind: backend.KindBigNumber, Str: []byte(s)}, nil
-		}
-		if m, ok := x.RawGetString("map").(*lua.LTable); ok {
-			out := backend.Value{Kind: backend.KindMap, Elems: []backend.Value{}}
-			var err error
-			m.ForEach(func(k, val lua.LValue) {
-				if err != nil {
-					return
-				}
-				kv, e1 := v.toValue(k, depth+1)
-				vv, e2 := v.toValue(val, depth+1)
-				err = errors.Join(e1, e2)
-				out.Elems = append(out.Elems, kv, vv)
-			})
-			return out, err
-		}
-		if s, ok := x.RawGetString("set").(*lua.LTable); ok {
-			out := backend.Value{Kind: backend.KindSet, Elems: []backend.Value{}}
-			var err error
-			s.ForEach(func(k, _ lua.LValue) {
-				if err != nil {
-					return
-				}
-				kv, e := v.toValue(k, depth+1)
-				err = e
-				out.Elems = append(out.Elems, kv)
-			})
-			return out, err
-		}
-		elems := []backend.Value{}
-		for i := 1; ; i++ {
-			e := x.RawGetInt(i)
-			if e == lua.LNil {
-				break
-			}
-			ev, err := v.toValue(e, depth+1)
-			if err != nil {
-				return backend.Value{}, err
-			}
-			elems = append(elems, ev)
-		}
-		return backend.Value{Kind: backend.KindArray, Elems: elems}, nil
-	}
-	return backend.NilValue, nil
-}
+var errCallerPanicked = errors.New("luascripts: Caller panicked")

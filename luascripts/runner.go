@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"regexp"
 	"strconv"
@@ -61,7 +60,7 @@ func New(cfg Config) *Runner {
 		cfg.TimeLimit = 5 * time.Second
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Runner{cfg: cfg, procs: make(map[string]*compiled)}
 }
@@ -81,11 +80,26 @@ func Compile(src string) error {
 
 var parseLine = regexp.MustCompile(`line:(\d+)`)
 
+// parseMessages maps gopher-lua's parse errors to Lua 5.1's words where
+// one corresponds. Lua 5.1's "'x' expected" errors have no counterpart in
+// gopher-lua's LALR parser, which says "unexpected symbol" instead.
+var parseMessages = map[string]string{
+	"syntax error":                  "unexpected symbol",
+	"parse error":                   "unexpected symbol",
+	"Invalid token":                 "unexpected symbol",
+	"unterminated string":           "unfinished string",
+	"unterminated multiline string": "unfinished long string",
+	"illegal hexadecimal number":    "malformed number",
+}
+
 func compile(src string) (*lua.FunctionProto, error) {
 	chunk, err := parse.Parse(strings.NewReader(src), "user_script")
 	if err == nil {
 		var proto *lua.FunctionProto
 		if proto, err = lua.Compile(chunk, "user_script"); err == nil {
+			// The chunk is vararg, so gopher-lua would build Lua 5.0's
+			// "arg" table on every call; no name can reach it.
+			proto.IsVarArg &^= lua.VarArgNeedsArg
 			return proto, nil
 		}
 	}
@@ -94,13 +108,14 @@ func compile(src string) (*lua.FunctionProto, error) {
 	if errors.As(err, &pe) {
 		near := pe.Token
 		if pe.Pos.Line == parse.EOF || near == "" {
-			near = "<eof>"
+			// Lua reports the end of input on the last line.
+			near, line = "<eof>", strconv.Itoa(strings.Count(src, "\n")+1)
 		} else {
 			line = strconv.Itoa(pe.Pos.Line)
 		}
 		what := pe.Message
-		if what == "syntax error" {
-			what = "unexpected symbol"
+		if lua51, ok := parseMessages[what]; ok {
+			what = lua51
 		}
 		msg = fmt.Sprintf("%s near '%s'", what, near)
 	} else if m := parseLine.FindStringSubmatch(msg); m != nil {
@@ -135,7 +150,9 @@ func (r *Runner) compiled(s backend.Script) (*compiled, error) {
 // that is an error (a script returning {err=…}) is a Value of KindError,
 // not an error; an error that escapes the script is a *backend.ReplyError
 // with Redis's text; a Caller failure that is not a ReplyError, or ctx
-// ending, comes back wrapped.
+// ending, comes back wrapped. s.SHA1, when set, must be SHA1(s.Src): the
+// compiled script is cached under it. A Caller that panics makes Run panic
+// with the same value.
 func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args [][]byte, c Caller) (backend.Value, error) {
 	if s.SHA1 == "" {
 		s.SHA1 = SHA1(s.Src)
@@ -156,16 +173,24 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	runCtx, cancel := context.WithTimeout(ctx, r.cfg.TimeLimit)
 	defer cancel()
 	out, err, reusable := v.run(runCtx, cancel, p.proto, s.SHA1, keys, args, c)
-	aborted := v.abort != nil
+	if v.panicked != nil {
+		v.L.Close()
+		panic(v.panicked)
+	}
 	if reusable {
 		r.pool.Put(v)
 	} else {
 		v.L.Close()
 	}
-	if err != nil && !aborted && runCtx.Err() != nil {
-		if ctx.Err() != nil {
-			return backend.Value{}, fmt.Errorf("luascripts: script %s: %w", s.SHA1, ctx.Err())
-		}
+	if err == nil || runCtx.Err() == nil {
+		return out, err
+	}
+	// The run was cut short: by the caller's ctx, by the time limit, or by
+	// a Caller failure (which cancels runCtx itself and is err already).
+	if ctx.Err() != nil {
+		return backend.Value{}, fmt.Errorf("luascripts: script %s: %w", s.SHA1, ctx.Err())
+	}
+	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
 		return backend.Value{}, &backend.ReplyError{
 			Reply: fmt.Sprintf("ERR Script killed by lockproxy: it ran longer than the script time limit (%s)", r.cfg.TimeLimit),
 			Err:   runCtx.Err(),

@@ -2,15 +2,10 @@ package luascripts
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"regexp"
-	"strconv"
-	"strings"
+	"slices"
 
 	lua "github.com/yuin/gopher-lua"
 
@@ -20,13 +15,19 @@ import (
 // RedisVersion is the version scripts see in redis.REDIS_VERSION.
 const RedisVersion = "7.2.4"
 
+// redisVersionNum is RedisVersion as redis.REDIS_VERSION_NUM (0x00MMmmpp).
+const redisVersionNum = 7<<16 | 2<<8 | 4
+
 // vm is one Lua state with the sandbox set up, and the state of the script
 // it is running. Not safe for concurrent use: a vm serves one Run at a time.
 type vm struct {
 	L       *lua.LState
-	globals *lua.LTable // the real globals, behind env
-	env     *lua.LTable // what scripts see as _G: empty and read-only
-	proxies []*lua.LTable
+	globals *lua.LTable   // the real globals, behind env
+	env     *lua.LTable   // what scripts see as _G: empty and read-only
+	proxies []*lua.LTable // the read-only tables
+	locked  *lua.LTable   // what getmetatable answers for a read-only table
+	strMT   *lua.LTable   // what getmetatable answers for a string
+	onError *lua.LFunction
 	log     *slog.Logger
 
 	// per run
@@ -35,6 +36,9 @@ type vm struct {
 	caller Caller
 	resp   int
 	abort  error // a Caller failure that ends the script
+	line   int   // where the innermost Lua function was when an error escaped
+	// panicked is what a Caller panicked with; Run panics with it again.
+	panicked any
 }
 
 // unsafeGlobals are the base functions Redis's sandbox lacks or that would
@@ -42,8 +46,22 @@ type vm struct {
 var unsafeGlobals = []string{"dofile", "load", "loadfile", "loadstring", "module", "require",
 	"print", "_printregs", "getfenv", "setfenv", "newproxy", "coroutine"}
 
+// maxCalls is Lua 5.1's LUAI_MAXCALLS: how deep Lua calls nest before
+// "stack overflow". maxRegistry bounds the value stack (16 bytes a slot).
+const (
+	maxCalls    = 20000
+	maxRegistry = 1 << 20
+)
+
 func newVM(log *slog.Logger) *vm {
-	L := lua.NewState(lua.Options{SkipOpenLibs: true, CallStackSize: 200, MinimizeStackMemory: true})
+	L := lua.NewState(lua.Options{
+		SkipOpenLibs:        true,
+		CallStackSize:       maxCalls,
+		RegistrySize:        1024,
+		RegistryMaxSize:     maxRegistry,
+		RegistryGrowStep:    4096, // it grows linearly: small steps cost the square of deep recursion
+		MinimizeStackMemory: true, // both stacks start small and grow
+	})
 	for _, lib := range []struct {
 		name string
 		open lua.LGFunction
@@ -56,10 +74,30 @@ func newVM(log *slog.Logger) *vm {
 	for _, name := range unsafeGlobals {
 		v.globals.RawSetString(name, lua.LNil)
 	}
+	for name, fn := range map[string]lua.LGFunction{"pcall": pcall, "error": luaError, "tostring": luaToString,
+		"collectgarbage": noGC, "gcinfo": noGC} {
+		v.globals.RawSetString(name, L.NewFunction(fn))
+	}
 	v.globals.RawSetString("redis", v.redisLib())
+	tbl := v.globals.RawGetString("table").(*lua.LTable)
+	for _, name := range []string{"insert", "remove", "sort"} {
+		tbl.RawSetString(name, v.guard(name, tbl.RawGetString(name)))
+	}
+	v.locked = v.readOnly(L.NewTable())
 	for _, name := range []string{"string", "table", "math", "redis"} {
 		v.globals.RawSetString(name, v.readOnly(v.globals.RawGetString(name)))
 	}
+	// Strings index the string library through their metatable: it and
+	// what it leads to are read-only too, as in Redis.
+	if mt, ok := L.GetMetatable(lua.LString("")).(*lua.LTable); ok {
+		mt.RawSetString("__index", v.globals.RawGetString("string"))
+		v.strMT = v.readOnly(mt)
+	}
+	for _, name := range []string{"rawset", "setmetatable"} {
+		v.globals.RawSetString(name, v.guard(name, v.globals.RawGetString(name)))
+	}
+	v.globals.RawSetString("getmetatable", L.NewFunction(v.getMetatable))
+	v.onError = L.NewFunction(v.errorLine)
 
 	// Reading a global nobody defined is an error, as in Redis.
 	strict := L.NewTable()
@@ -68,30 +106,76 @@ func newVM(log *slog.Logger) *vm {
 		return 0
 	}))
 	L.SetMetatable(v.globals, strict)
-	v.env = v.readOnly(v.globals).(*lua.LTable)
+	v.env = v.readOnly(v.globals)
 	v.globals.RawSetString("_G", v.env)
 	return v
 }
 
+const msgReadonly = "Attempt to modify a readonly table"
+
 // readOnly returns an empty table that reads through to t and refuses
 // every write with Redis's text.
-func (v *vm) readOnly(t lua.LValue) lua.LValue {
+func (v *vm) readOnly(t lua.LValue) *lua.LTable {
 	proxy, mt := v.L.NewTable(), v.L.NewTable()
 	mt.RawSetString("__index", t)
 	mt.RawSetString("__newindex", v.L.NewFunction(func(L *lua.LState) int {
-		L.RaiseError("Attempt to modify a readonly table")
+		L.RaiseError(msgReadonly)
 		return 0
 	}))
-	mt.RawSetString("__metatable", lua.LFalse)
+	if v.locked != nil {
+		mt.RawSetString("__metatable", v.locked)
+	} else {
+		mt.RawSetString("__metatable", lua.LFalse)
+	}
 	v.L.SetMetatable(proxy, mt)
 	v.proxies = append(v.proxies, proxy)
 	return proxy
 }
 
+// guard wraps name, a function that changes the table it gets first, so
+// that it refuses a read-only table as Redis's do, and anything but a
+// table with Lua 5.1's words.
+func (v *vm) guard(name string, fn lua.LValue) *lua.LFunction {
+	return v.L.NewFunction(func(L *lua.LState) int {
+		switch t := L.Get(1).(type) {
+		case *lua.LTable:
+			if slices.Contains(v.proxies, t) {
+				L.Error(lua.LString(msgReadonly), 0)
+			}
+		default:
+			got := t.Type().String()
+			if L.GetTop() == 0 {
+				got = "no value"
+			}
+			L.RaiseError("bad argument #1 to '%s' (table expected, got %s)", name, got)
+		}
+		L.Insert(fn, 1)
+		L.Call(L.GetTop()-1, lua.MultRet)
+		return L.GetTop()
+	})
+}
+
+// getMetatable is getmetatable with the string metatable read-only.
+func (v *vm) getMetatable(L *lua.LState) int {
+	obj := L.CheckAny(1)
+	if _, ok := obj.(lua.LString); ok && v.strMT != nil {
+		L.Push(v.strMT)
+		return 1
+	}
+	mt := L.GetMetatable(obj)
+	if t, ok := mt.(*lua.LTable); ok {
+		if p := t.RawGetString("__metatable"); p != lua.LNil {
+			mt = p
+		}
+	}
+	L.Push(mt)
+	return 1
+}
+
 // run runs one script. reusable reports whether the state may serve
 // another run (not after a timeout, a cancellation or an abort).
 func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.FunctionProto, sha string, keys []string, args [][]byte, c Caller) (out backend.Value, err error, reusable bool) {
-	v.ctx, v.cancel, v.caller, v.resp, v.abort = ctx, cancel, c, 2, nil
+	v.ctx, v.cancel, v.caller, v.resp, v.abort, v.line, v.panicked = ctx, cancel, c, 2, nil, 0, nil
 	defer func() { v.ctx, v.cancel, v.caller = nil, nil, nil }()
 
 	L := v.L
@@ -110,7 +194,7 @@ func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.Function
 	fn.Env = v.env
 	L.SetContext(ctx)
 	L.Push(fn)
-	err = L.PCall(0, 1, nil)
+	err = L.PCall(0, 1, v.onError)
 	L.RemoveContext()
 	if v.abort != nil {
 		L.SetTop(0)
@@ -118,12 +202,33 @@ func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.Function
 	}
 	if err != nil {
 		L.SetTop(0)
-		return backend.Value{}, scriptError(sha, err), ctx.Err() == nil && v.clean()
+		// A Go panic inside the state may have left it inconsistent.
+		var ae *lua.ApiError
+		panicked := errors.As(err, &ae) && ae.Type == lua.ApiErrorPanic
+		return backend.Value{}, scriptError(sha, err, v.line), !panicked && ctx.Err() == nil && v.clean()
 	}
 	ret := L.Get(-1)
 	L.SetTop(0)
-	out, err = v.toValue(ret, 0)
-	return out, err, v.clean()
+	return v.toValue(ret, 0), nil, v.clean()
+}
+
+// errorLine is the error handler of a run, as Redis's: called where the
+// error happened, it notes the line of the innermost Lua function and
+// hands the error on unchanged. (It also spares gopher-lua building a
+// stack trace, which costs the square of the call depth.)
+func (v *vm) errorLine(L *lua.LState) int {
+	v.line = 0
+	for level := 0; ; level++ {
+		dbg, ok := L.GetStack(level)
+		if !ok {
+			break
+		}
+		if _, err := L.GetInfo("l", dbg, lua.LNil); err == nil && dbg.CurrentLine > 0 {
+			v.line = dbg.CurrentLine
+			break
+		}
+	}
+	return 1
 }
 
 // clean reports whether the read-only tables are still empty: a script
@@ -135,58 +240,4 @@ func (v *vm) clean() bool {
 		}
 	}
 	return true
-}
-
-var stackLine = regexp.MustCompile(`user_script:(\d+):`)
-
-// scriptError turns an error that escaped a script into Redis 7's reply:
-// the error table's err text verbatim, or "ERR " and the message, then
-// " script: <sha>, on @user_script:<line>.".
-func scriptError(sha string, err error) error {
-	var ae *lua.ApiError
-	if !errors.As(err, &ae) {
-		return &backend.ReplyError{Reply: "ERR " + oneLine(err.Error()), Err: err}
-	}
-	line := "1"
-	if m := stackLine.FindStringSubmatch(ae.StackTrace); m != nil {
-		line = m[1]
-	} else if m := stackLine.FindStringSubmatch(ae.Object.String()); m != nil {
-		line = m[1]
-	}
-	var msg string
-	switch o := ae.Object.(type) {
-	case *lua.LTable:
-		if s, ok := o.RawGetString("err").(lua.LString); ok {
-			msg = string(s)
-		} else {
-			msg = "ERR unknown error"
-		}
-	default:
-		msg = "ERR " + o.String()
-	}
-	return &backend.ReplyError{Reply: oneLine(msg) + " script: " + sha + ", on @user_script:" + line + ".", Err: err}
-}
-
-// oneLine replaces line breaks, which an error reply cannot carry, with
-// spaces, as Redis does.
-func oneLine(s string) string {
-	if strings.ContainsAny(s, "\r\n") {
-		s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
-	}
-	return s
-}
-
-// formatNumber renders a Lua number as Redis does when it passes one to a
-// command (%.17g).
-func formatNumber(n lua.LNumber) string {
-	f := float64(n)
-	if f == math.Trunc(f) && math.Abs(f) < 1e15 {
-		return strconv.FormatInt(int64(f), 10)
-	}
-	return strconv.FormatFloat(f, 'g', 17, 64)
-}
-
-func sha1hex(s string) string {
-	sum := sha1.Sum([]byte(s))
-	return hex.EncodeToString(sum[:])
 }

@@ -29,7 +29,7 @@ func cmdQuit(cl *client, args [][]byte) backend.Value {
 }
 
 func cmdReset(cl *client, args [][]byte) backend.Value {
-	cl.db, cl.resp3, cl.name = 0, false, ""
+	cl.db, cl.resp3, cl.name, cl.reply = 0, false, "", replyOn
 	cl.inMulti, cl.dirty, cl.queue = false, false, nil
 	cl.authed = cl.s.cfg.RequirePass == ""
 	return backend.Status("RESET")
@@ -184,26 +184,36 @@ func cmdClient(cl *client, args [][]byte) backend.Value {
 		}
 		return backend.Value{Kind: backend.KindVerbatim, Str: []byte(cl.infoLine() + "\n")}
 	case "list":
-		var b strings.Builder
-		cl.s.mu.Lock()
-		for c := range cl.s.clients {
-			if c == cl {
-				b.WriteString(cl.infoLine() + "\n")
-			} else {
-				b.WriteString("id=" + strconv.FormatInt(c.id, 10) + " addr=" + c.conn.RemoteAddr() + "\n")
-			}
-		}
-		cl.s.mu.Unlock()
-		return backend.Value{Kind: backend.KindVerbatim, Str: []byte(b.String())}
-	case "no-evict", "no-touch", "reply":
+		return cl.clientList(args[2:])
+	case "no-evict", "no-touch":
 		if len(args) != 3 {
 			return wrong()
+		}
+		if on := lower(args[2]); on != "on" && on != "off" {
+			return backend.ErrorValue(backend.MsgSyntax)
+		}
+		return backend.OKValue
+	case "reply":
+		if len(args) != 3 {
+			return wrong()
+		}
+		switch lower(args[2]) {
+		case "on":
+			cl.reply = replyOn
+		case "off":
+			cl.reply = replyOff
+		case "skip":
+			if cl.reply != replyOff {
+				cl.reply = replySkipThis
+			}
+		default:
+			return backend.ErrorValue(backend.MsgSyntax)
 		}
 		return backend.OKValue
 	case "help":
 		return backend.Array(
 			backend.Status("CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"),
-			backend.Status("GETNAME, SETNAME <name>, ID, INFO, LIST, SETINFO <LIB-NAME|LIB-VER> <value>, NO-EVICT, NO-TOUCH"),
+			backend.Status("GETNAME, SETNAME <name>, ID, INFO, LIST [TYPE <type>] [ID <id> ...], SETINFO <LIB-NAME|LIB-VER> <value>, NO-EVICT <ON|OFF>, NO-TOUCH <ON|OFF>, REPLY <ON|OFF|SKIP>"),
 		)
 	}
 	return backend.ErrorValue(backend.ErrUnknownSubcommand("client", string(args[1])))
@@ -218,4 +228,59 @@ func (cl *client) infoLine() string {
 	return "id=" + strconv.FormatInt(cl.id, 10) + " addr=" + cl.conn.RemoteAddr() + " name=" + cl.name +
 		" db=" + strconv.Itoa(cl.db) + " multi=" + strconv.Itoa(map[bool]int{true: len(cl.queue), false: -1}[cl.inMulti]) +
 		" cmd=" + cl.lastCmd + " resp=" + resp + " lib-name=" + cl.libName + " lib-ver=" + cl.libVer
+}
+
+// clientList answers CLIENT LIST [TYPE type] [ID id …]. Other clients'
+// lines hold only what never changes (id, addr): their state belongs to
+// their own goroutines.
+func (cl *client) clientList(opts [][]byte) backend.Value {
+	var ids map[int64]bool
+	none := false // TYPE master, replica or pubsub: lockproxy has none
+	for i := 0; i < len(opts); i++ {
+		switch lower(opts[i]) {
+		case "type":
+			if i+1 >= len(opts) {
+				return backend.ErrorValue(backend.MsgSyntax)
+			}
+			i++
+			switch t := lower(opts[i]); t {
+			case "normal":
+			case "master", "replica", "slave", "pubsub":
+				none = true
+			default:
+				return backend.ErrorValue("ERR Unknown client type '" + string(opts[i]) + "'")
+			}
+		case "id":
+			if i+1 >= len(opts) {
+				return backend.ErrorValue(backend.MsgSyntax)
+			}
+			if ids == nil {
+				ids = map[int64]bool{}
+			}
+			for i++; i < len(opts); i++ {
+				id, ok := keycmd.ParseInt(opts[i])
+				if !ok || id <= 0 {
+					return backend.ErrorValue("ERR Invalid client ID")
+				}
+				ids[id] = true
+			}
+		default:
+			return backend.ErrorValue(backend.MsgSyntax)
+		}
+	}
+	var b strings.Builder
+	if !none {
+		cl.s.mu.Lock()
+		for c := range cl.s.clients {
+			switch {
+			case ids != nil && !ids[c.id]:
+			case c == cl:
+				b.WriteString(cl.infoLine() + "\n")
+			default:
+				b.WriteString("id=" + strconv.FormatInt(c.id, 10) + " addr=" + c.conn.RemoteAddr() + "\n")
+			}
+		}
+		cl.s.mu.Unlock()
+	}
+	return backend.Value{Kind: backend.KindVerbatim, Str: []byte(b.String())}
 }

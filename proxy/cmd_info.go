@@ -91,10 +91,17 @@ func cmdCommand(cl *client, args [][]byte) backend.Value {
 		}
 		return backend.Array(out...)
 	}
-	switch sub := lower(args[1]); sub {
+	sub := lower(args[1])
+	if arity, ok := commandSubArity[sub]; ok && !arityOK(arity, len(args)) {
+		return backend.ErrorValue(backend.ErrWrongArgs("command|" + sub))
+	}
+	switch sub {
 	case "count":
 		return backend.Int(int64(len(commandNames())))
 	case "info":
+		if len(args) == 2 {
+			return cmdCommand(cl, args[:1])
+		}
 		var out []backend.Value
 		for _, a := range args[2:] {
 			out = append(out, commandInfo(lower(a)))
@@ -114,6 +121,9 @@ func cmdCommand(cl *client, args [][]byte) backend.Value {
 		return backend.ErrorValue(backend.ErrUnknownSubcommand("command", string(args[1])))
 	}
 }
+
+// commandSubArity are the arities of COMMAND's subcommands, as Redis's.
+var commandSubArity = map[string]int{"count": 2, "info": -2, "docs": -2, "list": -2, "help": 2}
 
 // keyCommandNames lists keycmd's table (kept here to answer COMMAND).
 var keyCommandNames = []string{"get", "set", "setnx", "setex", "psetex", "getdel", "mget", "mset", "msetnx",
@@ -189,7 +199,21 @@ func cmdConfig(cl *client, args [][]byte) backend.Value {
 		}
 		return backend.ErrorValue("ERR Unknown option or number of arguments for CONFIG SET - '" + string(args[2]) + "'")
 	case "resetstat":
+		if len(args) != 2 {
+			return backend.ErrorValue(backend.ErrWrongArgs("config|resetstat"))
+		}
 		return backend.OKValue
+	case "help":
+		if len(args) != 2 {
+			return backend.ErrorValue(backend.ErrWrongArgs("config|help"))
+		}
+		return backend.Array(backend.Status("CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"),
+			backend.Status("GET <pattern>"),
+			backend.Status("    Return parameters matching the glob-like <pattern> and their values."),
+			backend.Status("SET <directive> <value>"),
+			backend.Status("    Refused: lockproxy is configured by its own flags and file."),
+			backend.Status("RESETSTAT"),
+			backend.Status("    Accepted; lockproxy keeps its statistics in Prometheus metrics."))
 	}
 	return backend.ErrorValue(backend.ErrUnknownSubcommand("config", string(args[1])))
 }

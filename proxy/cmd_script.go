@@ -99,6 +99,10 @@ func (s *Server) load(src []byte) (string, backend.Value, bool) {
 // cmdEval is EVAL, EVALSHA, EVAL_RO and EVALSHA_RO script numkeys key… arg….
 func cmdEval(cl *client, args [][]byte) backend.Value {
 	name := cl.lastCmd // the canonical name: eval, evalsha, eval_ro or evalsha_ro
+	isSHA := strings.HasPrefix(name, "evalsha")
+	if isSHA && len(args[1]) != 40 {
+		return backend.ErrorValue(backend.MsgNoScript) // Redis checks this before numkeys
+	}
 	n, ok := keycmd.ParseInt(args[2])
 	switch {
 	case !ok:
@@ -109,7 +113,7 @@ func cmdEval(cl *client, args [][]byte) backend.Value {
 		return backend.ErrorValue(backend.MsgNumKeysTooBig)
 	}
 	var sc backend.Script
-	if strings.HasPrefix(name, "evalsha") {
+	if isSHA {
 		var ok bool
 		if sc, ok = cl.s.scripts.lookup(args[1]); !ok {
 			return backend.ErrorValue(backend.MsgNoScript)
@@ -168,6 +172,9 @@ func cmdScript(cl *client, args [][]byte) backend.Value {
 		cl.s.scripts.flush()
 		return backend.OKValue
 	case "kill":
+		if len(args) != 2 {
+			return backend.ErrorValue(backend.ErrWrongArgs("script|kill"))
+		}
 		return backend.ErrorValue("NOTBUSY No scripts in execution right now.")
 	case "help":
 		return backend.Array(backend.Status("SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"),

@@ -36,6 +36,7 @@ type client struct {
 	dirty    bool // a command failed to queue: EXEC aborts
 	queue    [][][]byte
 	closeNow bool // QUIT: close after the reply
+	reply    replyMode
 
 	buf []byte // reply scratch
 }
@@ -64,9 +65,6 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 		conn.Close()
 		return
 	}
-	if lc, ok := conn.NetConn().(*limitConn); ok {
-		lc.progress(len(cmd.Raw))
-	}
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("panic serving a command", "conn_id", cl.id, "cmd", cl.lastCmd, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -83,6 +81,12 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 	if s.metrics != nil {
 		s.metrics.observe(cl.lastCmd, v, time.Since(start))
 	}
+	if cl.muted() {
+		if cl.closeNow {
+			conn.Close()
+		}
+		return
+	}
 	cl.buf = appendValue(cl.buf[:0], v, cl.resp3)
 	conn.WriteRaw(cl.buf)
 	if len(cl.buf) > 64<<10 {
@@ -91,6 +95,32 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 	if cl.closeNow {
 		conn.Close()
 	}
+}
+
+// replyMode is the state CLIENT REPLY sets.
+type replyMode uint8
+
+const (
+	replyOn       replyMode = iota
+	replyOff                // CLIENT REPLY OFF: no replies until ON
+	replySkipThis           // CLIENT REPLY SKIP was just run: no reply to it …
+	replySkipNext           // … nor to the command after it
+)
+
+// muted reports whether the reply to the command just run is to be
+// dropped, and moves CLIENT REPLY SKIP on by one command.
+func (cl *client) muted() bool {
+	switch cl.reply {
+	case replyOff:
+		return true
+	case replySkipThis:
+		cl.reply = replySkipNext
+		return true
+	case replySkipNext:
+		cl.reply = replyOn
+		return true
+	}
+	return false
 }
 
 // handler runs one connection-level command.

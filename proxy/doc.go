@@ -16,14 +16,26 @@
 //     commands one after the other instead.
 //   - WATCH is not implemented and answers the unknown-command error rather
 //     than pretending to watch.
-//   - The script cache holds at most Config.MaxScriptCacheBytes of sources;
+//   - The script cache (SHA1 → source, one per server, filled by EVAL and
+//     SCRIPT LOAD) holds at most Config.MaxScriptCacheBytes of sources;
 //     past that it starts over, and clients fall back from EVALSHA to EVAL
 //     on NOSCRIPT as Redis lets them.
-//   - Limits (Config): clients beyond MaxClients get "ERR max number of
-//     clients reached" and are closed; a connection that sends more than
-//     MaxRequestBytes without completing a command gets "ERR Protocol error:
-//     request larger than max-request-bytes" and is closed, since redcon
-//     itself bounds neither; scripts longer than MaxScriptBytes are refused.
+//   - CLIENT REPLY ON|OFF|SKIP works as in Redis; CLIENT NO-EVICT and
+//     NO-TOUCH are accepted and change nothing.
+//   - Limits (Config, defaults in brackets): clients beyond MaxClients
+//     [10000, as Redis] get "ERR max number of clients reached" and are
+//     closed. A command is refused as its header arrives, before its body
+//     is read, with Redis's own protocol errors, and the connection closed
+//     (redcon itself bounds nothing): a bulk string that would take the
+//     command past MaxRequestBytes [8 MiB] gets "ERR Protocol error:
+//     invalid bulk length", an argument count that could not fit in it
+//     "invalid multibulk length", an inline command over 64 KiB "too big
+//     inline request"; before AUTH (with RequirePass) more than 10
+//     arguments or a bulk over 16 KiB get Redis's "unauthenticated
+//     multibulk length" / "unauthenticated bulk length". The replies to
+//     the commands before the refused one are delivered first. Scripts
+//     longer than MaxScriptBytes [1 MiB] are refused; the script cache
+//     holds at most MaxScriptCacheBytes [64 MiB] of sources.
 //   - A panic while serving a command answers "-ERR internal error", is
 //     logged with its stack, closes that connection and nothing else.
 //   - Shutdown stops accepting, lets every command already received finish

@@ -2,12 +2,14 @@ package proxy_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,8 +39,9 @@ func (p *panicLog) WithGroup(string) slog.Handler      { return p }
 
 // FuzzDispatch sends arbitrary bytes to a lockproxy on the memory backend.
 // Invariants: the server never panics or logs an internal error, answers
-// and closes within a deadline once the client stops sending, and whatever
-// it sends parses as RESP.
+// and closes within a deadline once the client stops sending, whatever it
+// sends parses as RESP, and when the input is a sequence of well-formed
+// commands, each of them gets exactly one reply.
 func FuzzDispatch(f *testing.F) {
 	for _, seed := range []string{
 		"PING\r\n",
@@ -54,6 +57,10 @@ func FuzzDispatch(f *testing.F) {
 		"EVALSHA ffffffffffffffffffffffffffffffffffffffff 0\r\nSCRIPT LOAD \"return 1\"\r\n",
 		"CLIENT SETNAME x\r\nCLIENT GETNAME\r\nINFO\r\nCOMMAND COUNT\r\nCONFIG GET save\r\n",
 		"SELECT 3\r\nSET k v KEEPTTL XX\r\nEXPIRE k 100 GT LT\r\n",
+		"MULTI\r\nSET k v\r\nNOSUCH\r\nEXEC\r\nMULTI\r\nMULTI\r\nDISCARD\r\nEXEC\r\n",
+		"*2\r\n$4\r\nPING\r\n$100000\r\n",
+		"*3\r\n$4\r\nEVAL\r\n$22\r\nreturn redis.call('x')\r\n$1\r\n0\r\nPING\r\nQUIT\r\nPING\r\n",
+		"  \r\n\nPING x\nECHO\r\n*1\r\n$4\r\nTIME\r\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -85,6 +92,7 @@ func FuzzDispatch(f *testing.F) {
 		// dropped the connection without finishing what it had.
 		c.(*net.TCPConn).CloseWrite()
 		rd := bufio.NewReader(c)
+		replies := 0
 		for {
 			_, err := readRESP(rd)
 			if err == io.EOF {
@@ -93,6 +101,10 @@ func FuzzDispatch(f *testing.F) {
 			if err != nil {
 				t.Fatalf("input %q: reply does not parse as RESP: %v", in, err)
 			}
+			replies++
+		}
+		if want, ok := countCommands(in); ok && replies != want {
+			t.Fatalf("input %q: %d replies to %d commands", in, replies, want)
 		}
 		logs.mu.Lock()
 		defer logs.mu.Unlock()
@@ -150,4 +162,62 @@ func readRESP(rd *bufio.Reader) (string, error) {
 		return out, nil
 	}
 	return "", fmt.Errorf("unknown type in %q", line)
+}
+
+// countCommands counts the commands in, when in is nothing but complete,
+// well-formed commands (RESP multibulk, or inline lines without quotes)
+// whose replies can be counted: a QUIT ends the count, and any CLIENT
+// command (CLIENT REPLY may mute replies) makes it unknown.
+func countCommands(in []byte) (int, bool) {
+	n := 0
+	for len(in) > 0 {
+		var name []byte
+		if in[0] == '*' {
+			line, rest, ok := bytes.Cut(in[1:], []byte("\r\n"))
+			count, err := strconv.Atoi(string(line))
+			if !ok || err != nil || count < 1 || string(line) != strconv.Itoa(count) {
+				return 0, false
+			}
+			in = rest
+			for i := range count {
+				if len(in) == 0 || in[0] != '$' {
+					return 0, false
+				}
+				line, rest, ok := bytes.Cut(in[1:], []byte("\r\n"))
+				size, err := strconv.Atoi(string(line))
+				if !ok || err != nil || size < 0 || string(line) != strconv.Itoa(size) ||
+					len(rest) < size+2 || string(rest[size:size+2]) != "\r\n" {
+					return 0, false
+				}
+				if i == 0 {
+					name = rest[:size]
+				}
+				in = rest[size+2:]
+			}
+		} else {
+			line, rest, ok := bytes.Cut(in, []byte("\n"))
+			if !ok || bytes.ContainsAny(line, "\"'") {
+				return 0, false
+			}
+			in = rest
+			fields := bytes.Split(bytes.TrimSuffix(line, []byte("\r")), []byte(" "))
+			for _, f := range fields {
+				if len(f) > 0 {
+					name = f
+					break
+				}
+			}
+			if name == nil {
+				continue // a blank line is no command
+			}
+		}
+		n++
+		switch strings.ToLower(string(name)) {
+		case "quit":
+			return n, true
+		case "client":
+			return 0, false
+		}
+	}
+	return n, true
 }

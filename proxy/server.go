@@ -22,8 +22,9 @@ type Config struct {
 	RequirePass string
 	// MaxClients bounds concurrent connections. default: 10000 (as Redis)
 	MaxClients int
-	// MaxRequestBytes bounds what a client may send without completing a
-	// command. default: 8 MiB
+	// MaxRequestBytes bounds one command's size on the wire; a longer one
+	// is refused with Redis's protocol error before its body is read.
+	// default: 8 MiB
 	MaxRequestBytes int64
 	// MaxScriptBytes bounds one script's source. default: 1 MiB
 	MaxScriptBytes int
@@ -185,6 +186,9 @@ func (s *Server) accept(conn redcon.Conn) bool {
 	cl := newClient(s, conn)
 	s.clients[cl] = struct{}{}
 	conn.SetContext(cl)
+	if lc, ok := conn.NetConn().(*limitConn); ok && s.cfg.RequirePass != "" {
+		lc.authed = func() bool { return cl.authed } // read on the connection's goroutine only
+	}
 	s.stats.connections.Add(1)
 	return true
 }
@@ -229,42 +233,7 @@ func (l *drainListener) Accept() (net.Conn, error) {
 		<-l.done
 		return nil, net.ErrClosed
 	}
-	return &limitConn{Conn: c, max: l.max}, nil
+	return newLimitConn(c, l.max), nil
 }
 
 func (l *drainListener) release() { l.once.Do(func() { close(l.done) }) }
-
-// limitConn bounds how much a client may send without completing a command
-// (redcon buffers a partial command without limit): the bytes read minus
-// the bytes of the commands handed out must stay within max. The handler
-// reports each command's size through consumed. Both counters belong to
-// the connection's own goroutine.
-type limitConn struct {
-	net.Conn
-	max      int64
-	read     int64
-	consumed int64
-}
-
-// errTooBig is the reply to a request over MaxRequestBytes.
-var errTooBig = errors.New("request larger than max-request-bytes")
-
-// Read checks before reading: redcon reads only once it has handed out
-// every complete command it holds, so what is unconsumed then is one
-// partial command, and the buffer stays within about twice max.
-func (c *limitConn) Read(p []byte) (int, error) {
-	if c.read-c.consumed > c.max {
-		c.Conn.Write([]byte("-ERR Protocol error: request larger than max-request-bytes\r\n"))
-		return 0, errTooBig
-	}
-	n, err := c.Conn.Read(p)
-	c.read += int64(n)
-	return n, err
-}
-
-// progress records a command of n bytes taken from the stream. An inline
-// command's RESP form is longer than what was read: never count more than
-// was read.
-func (c *limitConn) progress(n int) {
-	c.consumed = min(c.consumed+int64(n), c.read)
-}

@@ -1,0 +1,118 @@
+package luascripts
+
+import (
+	"math"
+	"strconv"
+
+	lua "github.com/yuin/gopher-lua"
+)
+
+// The base functions below replace gopher-lua's where Redis's Lua behaves
+// differently: Redis's own pcall, and Lua 5.1's error and tostring.
+
+// pcall is Redis's pcall (luaRedisPcall): like Lua's, except that an error
+// table's err field comes back instead of the table, so that
+// pcall(redis.call, …) yields the error text.
+func pcall(L *lua.LState) int {
+	n := L.GetTop()
+	if n == 0 {
+		// Redis calls the result placeholder it pushed.
+		L.Push(lua.LFalse)
+		L.Push(lua.LString("attempt to call a boolean value"))
+		return 2
+	}
+	fn := L.Get(1)
+	if fn.Type() != lua.LTFunction && L.GetMetaField(fn, "__call").Type() != lua.LTFunction {
+		L.SetTop(0)
+		L.Push(lua.LFalse)
+		L.Push(lua.LString("attempt to call a " + fn.Type().String() + " value"))
+		return 2
+	}
+	if err := L.PCall(n-1, lua.MultRet, nil); err != nil {
+		var obj lua.LValue = lua.LString(err.Error())
+		if ae, ok := err.(*lua.ApiError); ok {
+			obj = ae.Object
+		}
+		switch o := obj.(type) {
+		case *lua.LTable:
+			switch e := o.RawGetString("err").(type) {
+			case lua.LString, lua.LNumber:
+				obj = e
+			}
+		case lua.LString:
+			obj = lua.LString(luaMessage(string(o)))
+		}
+		L.SetTop(0)
+		L.Push(lua.LFalse)
+		L.Push(obj)
+		return 2
+	}
+	L.Insert(lua.LTrue, 1)
+	return L.GetTop()
+}
+
+// luaError is Lua 5.1's error: any value (nil too), and a number is a
+// message like a string.
+func luaError(L *lua.LState) int {
+	obj := L.Get(1)
+	level := L.OptInt(2, 1)
+	if n, ok := obj.(lua.LNumber); ok && level > 0 {
+		obj = lua.LString(numberString(n))
+	}
+	L.Error(obj, level)
+	return 0
+}
+
+// luaToString is Lua 5.1's tostring, whose numbers read as %.14g.
+func luaToString(L *lua.LState) int {
+	L.Push(lua.LString(toString(L.CheckAny(1))))
+	return 1
+}
+
+func toString(v lua.LValue) string {
+	if n, ok := v.(lua.LNumber); ok {
+		return numberString(n)
+	}
+	return v.String()
+}
+
+// numberString renders a number as Lua 5.1 does ("%.14g").
+func numberString(n lua.LNumber) string { return formatFloat(float64(n), 14) }
+
+// formatNumber renders a number as Redis does when it passes one to a
+// command ("%.17g").
+func formatNumber(n lua.LNumber) string { return formatFloat(float64(n), 17) }
+
+// formatFloat is C's "%.<prec>g" as glibc prints it.
+func formatFloat(f float64, prec int) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	case math.IsNaN(f):
+		if math.Signbit(f) {
+			return "-nan"
+		}
+		return "nan"
+	}
+	return strconv.FormatFloat(f, 'g', prec, 64)
+}
+
+// toInteger is C's (long long) cast on x86-64, which Redis applies to a
+// number a script returns: out of range and NaN give the minimum.
+func toInteger(n lua.LNumber) int64 {
+	f := float64(n)
+	if math.IsNaN(f) || f >= 1<<63 || f < -(1<<63) {
+		return math.MinInt64
+	}
+	return int64(f)
+}
+
+// noGC stands for collectgarbage and gcinfo: Go's collector is not the
+// script's to run (gopher-lua's collectgarbage calls runtime.GC), and a
+// pooled state has no heap of its own to count. It answers 0.
+func noGC(L *lua.LState) int {
+	L.Push(lua.LNumber(0))
+	return 1
+}

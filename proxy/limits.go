@@ -1,0 +1,270 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"net"
+)
+
+// Redis's own request limits that lockproxy applies as Redis does
+// (networking.c): an inline command or a length line may not exceed 64 KiB,
+// and before AUTH a command may have at most 10 arguments of at most 16 KiB.
+const (
+	maxInlineBytes     = 64 << 10
+	maxHeaderBytes     = 64 << 10
+	maxUnauthArgs      = 10
+	maxUnauthBulkBytes = 16 << 10
+)
+
+// Protocol error replies for requests over a limit, in Redis's words.
+const (
+	msgInvalidMultibulk = "ERR Protocol error: invalid multibulk length"
+	msgInvalidBulk      = "ERR Protocol error: invalid bulk length"
+	msgUnauthMultibulk  = "ERR Protocol error: unauthenticated multibulk length"
+	msgUnauthBulk       = "ERR Protocol error: unauthenticated bulk length"
+	msgTooBigInline     = "ERR Protocol error: too big inline request"
+	msgTooBigMultibulk  = "ERR Protocol error: too big mbulk count string"
+	msgTooBigBulk       = "ERR Protocol error: too big bulk count string"
+)
+
+// errLimit ends a connection whose request broke a limit (its reply is
+// already written).
+var errLimit = errors.New("proxy: request over a limit")
+
+// limitConn enforces the request limits that redcon does not (redcon
+// buffers a command of any size): it follows the RESP framing of what the
+// client sends, a few header bytes at a time, and refuses a command whose
+// declared sizes break a limit before its body is read, as Redis does.
+//
+// A refusal must come after the replies to the commands before it, and
+// AUTH earlier in the same read changes the limits. So when a limit is
+// broken in the middle of a read, Read hands redcon only the bytes before
+// the offending header and keeps the rest: redcon reads again only after
+// it has run every complete command it holds and flushed their replies,
+// and the check then runs again, now first in its read.
+//
+// Only the connection's own goroutine uses a limitConn.
+type limitConn struct {
+	net.Conn
+	f      framing
+	authed func() bool // nil: no password is required
+	held   []byte      // read from Conn, not yet handed to redcon
+}
+
+func newLimitConn(c net.Conn, max int64) *limitConn {
+	return &limitConn{Conn: c, f: framing{max: max}}
+}
+
+// Read reads from the connection and passes on the bytes that stay within
+// the limits; it answers a request over a limit with Redis's protocol
+// error and fails, so redcon closes the connection.
+func (c *limitConn) Read(p []byte) (int, error) {
+	var n int
+	if len(c.held) > 0 {
+		n = copy(p, c.held)
+		c.held = c.held[n:]
+	} else {
+		var err error
+		if n, err = c.Conn.Read(p); n == 0 {
+			return 0, err
+		}
+	}
+	authed := c.authed == nil || c.authed()
+	ok, reply := c.f.scan(p[:n], authed)
+	if reply != "" {
+		c.Conn.Write([]byte("-" + reply + "\r\n"))
+		return 0, errLimit
+	}
+	if ok < n {
+		c.held = append(append([]byte(nil), p[ok:n]...), c.held...)
+	}
+	return ok, nil
+}
+
+// framing states.
+const (
+	fStart  = iota // before a command
+	fInline        // in an inline command's line
+	fCount         // in a "*<count>" line
+	fLength        // before or in a "$<length>" line
+	fBody          // in a bulk string (its CRLF included)
+)
+
+// framing follows the RESP framing of a request stream as redcon splits it:
+// a command starting with '*' is a multibulk, anything else an inline line.
+type framing struct {
+	max    int64 // MaxRequestBytes
+	state  uint8
+	hdr    [24]byte // the digits of the current count or length line
+	hdrLen int      // its length so far (may exceed len(hdr))
+	line   int      // bytes of the current inline line
+	args   int      // bulk strings left in the current command
+	body   int64    // bytes left in the current bulk string
+	size   int64    // bytes of the current multibulk command so far
+}
+
+// scan advances over b and returns how many of its bytes may go on now.
+// When a limit is broken at b[i], scan stops there: with i > 0 it returns
+// i and no reply (the caller holds the rest back and scans it again at the
+// next read); with i == 0 it returns the reply that ends the connection.
+func (f *framing) scan(b []byte, authed bool) (int, string) {
+	stop := func(i int, reply string) (int, string) {
+		if i > 0 {
+			return i, ""
+		}
+		return 0, reply
+	}
+	for i := 0; i < len(b); {
+		switch f.state {
+		case fStart:
+			if b[i] == '*' {
+				f.state, f.hdrLen, f.size = fCount, 0, 1
+				i++
+				continue
+			}
+			if i > 0 && quoted(b[i:]) {
+				return i, "" // see quoted
+			}
+			f.state, f.line = fInline, 0
+		case fInline:
+			room := min(maxInlineBytes, int(f.max)) - f.line
+			nl := bytes.IndexByte(b[i:min(len(b), i+room+1)], '\n')
+			if nl >= 0 {
+				f.state = fStart
+				i += nl + 1
+				continue
+			}
+			take := min(len(b)-i, room)
+			f.line += take
+			if i += take; i < len(b) {
+				return stop(i, msgTooBigInline)
+			}
+		case fCount, fLength:
+			if f.state == fLength && f.hdrLen == 0 && b[i] != '$' {
+				return stop(i, "ERR Protocol error: expected '$', got '"+printable(b[i])+"'")
+			}
+			room := maxHeaderBytes - f.hdrLen
+			nl := bytes.IndexByte(b[i:min(len(b), i+room+1)], '\n')
+			take := nl
+			if nl < 0 {
+				take = min(len(b)-i, room)
+			}
+			if f.hdrLen < len(f.hdr) {
+				copy(f.hdr[f.hdrLen:], b[i:i+take])
+			}
+			f.hdrLen += take
+			i += take
+			switch {
+			case nl >= 0:
+				if reply := f.header(authed); reply != "" {
+					return stop(i, reply)
+				}
+				i++
+			case i < len(b) && f.state == fCount:
+				return stop(i, msgTooBigMultibulk)
+			case i < len(b):
+				return stop(i, msgTooBigBulk)
+			}
+		case fBody:
+			if f.body > 2 {
+				n := min(f.body-2, int64(len(b)-i))
+				f.body -= n
+				i += int(n)
+				continue
+			}
+			if want := "\n\r"[f.body-1]; b[i] != want { // redcon's check, made here: see quoted
+				return stop(i, msgInvalidBulk)
+			}
+			i++
+			if f.body--; f.body == 0 {
+				if f.args--; f.args == 0 {
+					f.state = fStart
+				} else {
+					f.state, f.hdrLen = fLength, 0
+				}
+			}
+		}
+	}
+	return len(b), ""
+}
+
+// header checks the count or length line just ended (its '\n' not yet
+// counted) and, when it is within the limits, moves past it.
+func (f *framing) header(authed bool) string {
+	digits := f.hdr[:min(f.hdrLen, len(f.hdr))]
+	if f.state == fLength {
+		digits = digits[1:] // the '$'
+	}
+	n, ok := parseLength(digits)
+	ok = ok && f.hdrLen <= len(f.hdr)
+	lineBytes := int64(f.hdrLen) + 1
+	if f.state == fCount {
+		switch {
+		case !ok || n <= 0 || n > f.max/6: // each argument takes at least "$0\r\n\r\n"
+			return msgInvalidMultibulk
+		case !authed && n > maxUnauthArgs:
+			return msgUnauthMultibulk
+		}
+		f.size += lineBytes
+		f.state, f.args, f.hdrLen = fLength, int(n), 0
+		return ""
+	}
+	switch {
+	case !ok || n < 0 || f.size+lineBytes+n+2 > f.max:
+		return msgInvalidBulk
+	case !authed && n > maxUnauthBulkBytes:
+		return msgUnauthBulk
+	}
+	f.size += lineBytes + n + 2
+	f.state, f.body = fBody, n+2
+	return ""
+}
+
+// parseLength parses a count or length line ("12\r" without its '\n') as
+// Redis does: decimal, no sign but '-', no leading zeros, a trailing '\r'.
+func parseLength(b []byte) (int64, bool) {
+	if len(b) < 2 || b[len(b)-1] != '\r' {
+		return 0, false
+	}
+	b = b[:len(b)-1]
+	neg := b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 || (b[0] == '0' && len(b) > 1) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// quoted reports whether the inline command at the start of b has quotes
+// (as far as b goes). redcon drops the complete commands it holds when a
+// later one is malformed, so scan hands it a command that may be
+// malformed (quotes, for an inline command; a bulk string without its
+// CRLF) only first in a read: the replies to the commands before it come
+// first, as from Redis.
+func quoted(b []byte) bool {
+	if nl := bytes.IndexByte(b, '\n'); nl >= 0 {
+		b = b[:nl]
+	}
+	return bytes.ContainsAny(b, "\"'")
+}
+
+// printable returns c for an error line: CR and LF would end the line
+// early, so they become a space, as in Redis's replies.
+func printable(c byte) string {
+	if c == '\r' || c == '\n' {
+		return " "
+	}
+	return string([]byte{c})
+}
