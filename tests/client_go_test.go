@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,10 +32,13 @@ func clientTargets(t *testing.T, f func(t *testing.T, addr string)) {
 
 // clientCounter has workers increment a shared counter iter times each,
 // each increment under lock/unlock; a read, a yield and a write make a
-// broken lock lose increments, so the final count proves exclusion.
+// broken lock lose increments, so the final count proves exclusion. The
+// read and the write are separate atomic operations: the race detector
+// cannot see the exclusion a Redis lock gives, and must not be what
+// catches a broken one.
 func clientCounter(t *testing.T, workers, iter int, lock func(w int) (unlock func() error, err error)) {
 	t.Helper()
-	var counter int
+	var counter atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := range workers {
@@ -45,9 +49,9 @@ func clientCounter(t *testing.T, workers, iter int, lock func(w int) (unlock fun
 					errs <- fmt.Errorf("worker %d lock: %w", w, err)
 					return
 				}
-				n := counter
+				n := counter.Load()
 				time.Sleep(50 * time.Microsecond) // a holder's work: widens the window a second holder would use
-				counter = n + 1
+				counter.Store(n + 1)
 				if err := unlock(); err != nil {
 					errs <- fmt.Errorf("worker %d unlock: %w", w, err)
 					return
@@ -60,8 +64,8 @@ func clientCounter(t *testing.T, workers, iter int, lock func(w int) (unlock fun
 	for err := range errs {
 		t.Error(err)
 	}
-	if counter != workers*iter {
-		t.Fatalf("counter = %d; want %d: two workers held the lock at once", counter, workers*iter)
+	if got := counter.Load(); got != int64(workers*iter) {
+		t.Fatalf("counter = %d; want %d: two workers held the lock at once", got, workers*iter)
 	}
 }
 
@@ -109,6 +113,8 @@ func TestGoRedis(t *testing.T) {
 	})
 }
 
+// TestRedsync drives redsync v4 over go-redis v9: Lock, Extend (also with
+// WithSetNXOnExtend), Valid, Unlock, and the shared counter.
 func TestRedsync(t *testing.T) {
 	t.Parallel()
 	clientTargets(t, func(t *testing.T, addr string) {
@@ -136,6 +142,24 @@ func TestRedsync(t *testing.T) {
 		if ok, _ := m.UnlockContext(ctx); ok {
 			t.Fatal("a second Unlock succeeded")
 		}
+
+		// WithSetNXOnExtend: an extend of a lock that is gone takes it again.
+		nx := rs.NewMutex("redsync:setnx", redsync.WithExpiry(5*time.Second), redsync.WithTries(1), redsync.WithSetNXOnExtend())
+		if err := nx.LockContext(ctx); err != nil {
+			t.Fatalf("Lock (setnx): %v", err)
+		}
+		if err := rdb.Del(ctx, "redsync:setnx").Err(); err != nil { // as if it had expired
+			t.Fatal(err)
+		}
+		if ok, err := nx.ExtendContext(ctx); !ok || err != nil {
+			t.Fatalf("Extend of an expired lock with WithSetNXOnExtend = %v, %v", ok, err)
+		}
+		if v, err := rdb.Get(ctx, "redsync:setnx").Result(); v != nx.Value() || err != nil {
+			t.Fatalf("GET after the setnx extend = %q, %v; want %q", v, err, nx.Value())
+		}
+		if ok, err := nx.UnlockContext(ctx); !ok || err != nil {
+			t.Fatalf("Unlock (setnx) = %v, %v", ok, err)
+		}
 		clientCounter(t, 8, 30, func(int) (func() error, error) {
 			mu := rs.NewMutex("redsync:counter", redsync.WithExpiry(10*time.Second), redsync.WithTries(10000),
 				redsync.WithRetryDelay(time.Millisecond))
@@ -152,6 +176,8 @@ func TestRedsync(t *testing.T) {
 	})
 }
 
+// TestRedislock drives bsm/redislock v0.10.0: Obtain, Refresh, TTL,
+// Release, ObtainMulti, and the shared counter over one- and two-key locks.
 func TestRedislock(t *testing.T) {
 	t.Parallel()
 	clientTargets(t, func(t *testing.T, addr string) {

@@ -23,6 +23,7 @@ func TestNodeClients(t *testing.T) {
 		for _, lib := range []string{"redlock4", "redlock5", "semaphore"} {
 			for _, io := range []string{"ioredis5", "ioredis6"} {
 				t.Run(lib+"/"+io, func(t *testing.T) {
+					t.Parallel() // each combination has keys of its own; redlock5 mostly waits in using()
 					out, err := exec.CommandContext(t.Context(), node, "node/run.js", addr, lib, io).CombinedOutput()
 					if err != nil {
 						t.Fatalf("%v\n%s", err, out)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +20,11 @@ import (
 func TestRedislock(t *testing.T) {
 	addr := os.Getenv("LOCKPROXY_ADDR")
 	if addr == "" {
-		t.Fatal("LOCKPROXY_ADDR is not set: run this through go test ./tests (TestRedislock094)")
+		const why = "LOCKPROXY_ADDR is not set: run this through go test ./tests (TestRedislock094)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
 	}
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 16})
@@ -47,7 +52,7 @@ func TestRedislock(t *testing.T) {
 	}
 
 	const workers, iter = 8, 30
-	var counter int
+	var counter atomic.Int64 // Load and Store apart: only the lock makes the increment safe
 	var wg sync.WaitGroup
 	retry := &redislock.Options{RetryStrategy: redislock.LinearBackoff(time.Millisecond)}
 	for w := range workers {
@@ -58,9 +63,9 @@ func TestRedislock(t *testing.T) {
 					t.Errorf("worker %d: %v", w, err)
 					return
 				}
-				n := counter
+				n := counter.Load()
 				time.Sleep(50 * time.Microsecond) // a holder's work
-				counter = n + 1
+				counter.Store(n + 1)
 				if err := l.Release(ctx); err != nil {
 					t.Errorf("worker %d release: %v", w, err)
 					return
@@ -69,7 +74,7 @@ func TestRedislock(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if counter != workers*iter {
-		t.Fatalf("counter = %d; want %d", counter, workers*iter)
+	if got := counter.Load(); got != workers*iter {
+		t.Fatalf("counter = %d; want %d", got, workers*iter)
 	}
 }
