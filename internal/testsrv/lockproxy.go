@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/pgbridge"
 	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/quorum"
@@ -64,4 +65,19 @@ func StartQuorumProxy(t testing.TB, n int) (string, []*Redis) {
 		t.Fatalf("quorum: %v", err)
 	}
 	return StartLockproxy(t, proxy.Config{BackendName: "quorum"}, b), nodes
+}
+
+// StartPostgresProxy serves a pgbridge backend of strategy (advisory or
+// lease) on a fresh database of the shared test PostgreSQL; it returns the
+// proxy's address and the database's DSN.
+func StartPostgresProxy(t testing.TB, strategy string) (string, string) {
+	t.Helper()
+	dsn := SharedPostgres(t).NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := pgbridge.New(ctx, pgbridge.Config{DSN: dsn, Strategy: strategy})
+	if err != nil {
+		t.Fatalf("pgbridge: %v", err)
+	}
+	return StartLockproxy(t, proxy.Config{BackendName: "postgres"}, b), dsn
 }

@@ -1,6 +1,7 @@
 package testsrv
 
 import (
+	"github.com/jackc/pgx/v5"
 	"net"
 	"runtime"
 	"strconv"
@@ -137,4 +138,35 @@ func TestStartMemoryProxy(t *testing.T) {
 	if err := ping(addr); err != nil {
 		t.Fatalf("PING lockproxy: %v", err)
 	}
+}
+
+func TestPostgres(t *testing.T) {
+	pg := SharedPostgres(t)
+	dsn := pg.NewDatabase(t)
+	ctx := t.Context()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var id int64
+	if err := c.QueryRow(ctx, "SELECT hashtextextended('lock:x', 0)").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if id == 0 {
+		t.Fatal("hashtextextended answered 0")
+	}
+}
+
+func TestStartPostgresKillStart(t *testing.T) {
+	pg := StartPostgres(t)
+	pg.Kill()
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(t.Context(), pg.DSN)
+	if err != nil {
+		t.Fatalf("after a restart: %v", err)
+	}
+	c.Close(t.Context())
 }

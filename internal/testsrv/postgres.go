@@ -1,0 +1,305 @@
+package testsrv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PGEnv names the environment variable that points the tests at an
+// existing PostgreSQL instead of a throwaway cluster: a DSN whose user may
+// CREATE DATABASE. Tests that restart or kill the server always start a
+// cluster of their own.
+const PGEnv = "LOCKPROXY_TEST_PG_DSN"
+
+// Postgres is a PostgreSQL server for tests: a throwaway cluster started by
+// StartPostgres, or the server of LOCKPROXY_TEST_PG_DSN.
+type Postgres struct {
+	DSN  string // the maintenance database (postgres) on this server
+	Port int
+
+	t       testing.TB
+	bin     string // directory of postgres, initdb
+	dir     string
+	cred    *syscall.Credential
+	mu      sync.Mutex
+	proc    *process
+	dbCount atomic.Int64
+}
+
+var shared struct {
+	once sync.Once
+	pg   *Postgres
+	err  error
+}
+
+// SharedPostgres returns one PostgreSQL server for the whole test process:
+// the one of LOCKPROXY_TEST_PG_DSN, or a throwaway cluster started on first
+// use, which ends with the test process. Give each test its own database
+// with NewDatabase: advisory locks are per database.
+func SharedPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	if dsn := os.Getenv(PGEnv); dsn != "" {
+		return &Postgres{DSN: dsn, t: t}
+	}
+	bin := pgBin(t)
+	shared.once.Do(func() {
+		shared.pg, shared.err = startPostgres(bin)
+		if shared.err == nil {
+			shared.pg.cleanAfterExit()
+		}
+	})
+	if shared.err != nil {
+		t.Fatalf("start PostgreSQL: %v", shared.err)
+	}
+	return shared.pg
+}
+
+// StartPostgres starts a throwaway PostgreSQL cluster of the test's own
+// (for tests that stop, kill or restart it) and removes it when the test
+// ends.
+func StartPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	p, err := startPostgres(pgBin(t))
+	if err != nil {
+		t.Fatalf("start PostgreSQL: %v", err)
+	}
+	t.Cleanup(p.remove)
+	return p
+}
+
+// pgBin finds the newest installed PostgreSQL server binaries.
+func pgBin(t testing.TB) string {
+	t.Helper()
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
+	if len(dirs) > 0 {
+		return filepath.Dir(dirs[0])
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p)
+	}
+	Need(t, "initdb") // skips or, in CI, fails
+	return ""
+}
+
+func pgMajor(path string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(path))))
+	return n
+}
+
+// startPostgres runs initdb into a new directory and starts the server on a
+// free loopback port. initdb refuses to run as root, so as root the cluster
+// belongs to the postgres user.
+func startPostgres(bin string) (*Postgres, error) {
+	dir, err := os.MkdirTemp("", "lockproxy-pg-")
+	if err != nil {
+		return nil, err
+	}
+	p := &Postgres{bin: bin, dir: dir}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("running as root needs the postgres user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := p.command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust",
+		"-E", "UTF8", "--locale=C", "--no-sync")
+	if out, err := initdb.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	var lastErr error
+	for range startAttempts {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		p.Port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		p.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.Port)
+		if lastErr = p.Start(); lastErr == nil {
+			return p, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func (p *Postgres) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Pdeathsig: syscall.SIGQUIT}
+	return cmd
+}
+
+// Start starts the cluster's server (again) on its port and waits until it
+// accepts connections. Tests call it after Kill or Stop.
+func (p *Postgres) Start() error {
+	if p.bin == "" {
+		return errors.New("not a cluster of the tests' own")
+	}
+	logf, err := os.OpenFile(filepath.Join(p.dir, "postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	// fsync off: a test cluster needs no durability, and the tests must
+	// not wait on the disk. Everything else is PostgreSQL's default.
+	cmd := p.command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.dir, "data"),
+		"-p", strconv.Itoa(p.Port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+p.dir,
+		"-c", "fsync=off", "-c", "max_connections=300", "-c", "log_min_messages=warning")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	proc := &process{cmd: cmd, log: logf, exited: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(proc.exited)
+	}()
+	p.mu.Lock()
+	p.proc = proc
+	p.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := pgx.Connect(ctx, p.DSN)
+		if err == nil {
+			c.Close(ctx)
+			cancel()
+			return nil
+		}
+		cancel()
+		select {
+		case <-proc.exited:
+			log, _ := os.ReadFile(filepath.Join(p.dir, "postgres.log"))
+			return fmt.Errorf("postgres exited (%v); log:\n%s", cmd.ProcessState, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.Kill()
+			return fmt.Errorf("postgres did not accept connections within 30s: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for readiness
+	}
+}
+
+// Kill ends the server at once with SIGKILL, as a crash would (every
+// session and advisory lock is gone), and waits until it has exited.
+func (p *Postgres) Kill() { p.signal(syscall.SIGKILL) }
+
+// Stop shuts the server down fast (SIGINT: sessions are terminated) and
+// waits until it has exited.
+func (p *Postgres) Stop() { p.signal(syscall.SIGINT) }
+
+func (p *Postgres) signal(s syscall.Signal) {
+	p.mu.Lock()
+	proc := p.proc
+	p.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	proc.cmd.Process.Signal(s)
+	<-proc.exited
+	if s == syscall.SIGKILL {
+		// The postmaster's children outlive it for a moment; a new
+		// postmaster refuses to start until they are gone.
+		for range 500 {
+			if _, err := os.Stat(filepath.Join(p.dir, "data", "postmaster.pid")); err != nil {
+				break
+			}
+			if !p.childrenLeft() {
+				os.Remove(filepath.Join(p.dir, "data", "postmaster.pid"))
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// childrenLeft reports whether a backend process of this cluster still
+// holds its shared memory (its command line names the data directory's
+// port).
+func (p *Postgres) childrenLeft() bool {
+	out, _ := exec.Command("pgrep", "-f", "postgres: .*"+strconv.Itoa(p.Port)).Output()
+	return len(out) > 0
+}
+
+// cleanAfterExit leaves a watchdog that stops the shared cluster and
+// removes its directory once the test process has exited (the server also
+// gets SIGQUIT from the kernel then, as its parent-death signal).
+func (p *Postgres) cleanAfterExit() {
+	script := fmt.Sprintf(`while kill -0 %d 2>/dev/null; do sleep 1; done; kill -QUIT $(head -1 %s) 2>/dev/null; sleep 2; rm -rf %s`,
+		os.Getpid(), filepath.Join(p.dir, "data", "postmaster.pid"), p.dir)
+	cmd := exec.Command("sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err == nil {
+		go cmd.Wait()
+	}
+}
+
+func (p *Postgres) remove() {
+	p.Stop()
+	os.RemoveAll(p.dir)
+}
+
+// NewDatabase creates an empty database for the test and returns its DSN;
+// the database is dropped (with force) when the test ends.
+func (p *Postgres) NewDatabase(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, p.DSN)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", p.DSN, err)
+	}
+	defer c.Close(ctx)
+	name := fmt.Sprintf("lockproxy_test_%d_%d", os.Getpid(), p.dbCount.Add(1))
+	if _, err := c.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, p.DSN); err == nil {
+			c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			c.Close(ctx)
+		}
+	})
+	return withDatabase(p.DSN, name)
+}
+
+// withDatabase returns dsn (a URL or keyword/value string) naming database
+// name instead.
+func withDatabase(dsn, name string) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Path = "/" + name
+		return u.String()
+	}
+	return dsn + " dbname=" + name // a later keyword wins
+}

@@ -1,0 +1,441 @@
+package pgbridge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// advisory is the session-advisory strategy: a key is held by this
+// process while one of its holder sessions holds the advisory lock
+// hashtextextended(key, db); its token and deadline are kept here (held)
+// and mirrored into a lease row for other instances and operators.
+type advisory struct {
+	b       *Backend
+	holders []*holder
+	router  *router
+}
+
+// held is a key this process holds the advisory lock of. row is false for
+// a key locked only for the length of one operation on an absent key.
+type held struct {
+	state
+	lockID int64
+	h      *holder
+	gen    uint64
+	row    bool
+	timer  *time.Timer
+}
+
+// valid reports whether the session that took the lock is still the
+// holder's session.
+func (e *held) valid() bool { return e.gen == e.h.gen.Load() }
+
+// heldByRowHolder is true for a lease row whose holder session still holds
+// the row's advisory lock (l is the lease row).
+const heldByRowHolder = `EXISTS (SELECT 1 FROM pg_locks p WHERE p.locktype = 'advisory' AND p.granted
+	AND p.pid = l.holder_pid AND p.objsubid = 1
+	AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND p.classid = ((l.lock_id >> 32) & 4294967295)::oid AND p.objid = (l.lock_id & 4294967295)::oid)`
+
+func newAdvisory(ctx context.Context, b *Backend) (*advisory, error) {
+	a := &advisory{b: b}
+	for i := range b.cfg.Holders {
+		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), queue: make(chan *query)})
+	}
+	r, err := newRouter(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	a.router = r
+	for _, h := range a.holders {
+		b.wg.Add(1)
+		go h.run()
+	}
+	b.wg.Add(1)
+	go a.reapStale()
+	// Serve only once every holder session is up.
+	deadline := time.Now().Add(b.cfg.OpTimeout)
+	for _, h := range a.holders {
+		for h.gen.Load() == 0 {
+			if time.Now().After(deadline) {
+				b.cancel()
+				b.wg.Wait()
+				return nil, fmt.Errorf("pgbridge: holder connections did not come up within %v", b.cfg.OpTimeout)
+			}
+			time.Sleep(5 * time.Millisecond) // waiting for the holder goroutines' first connect
+		}
+	}
+	return a, nil
+}
+
+func (a *advisory) holderOf(k dbKey) *holder {
+	return a.holders[maphash.String(a.b.seed, k.key)%uint64(len(a.holders))]
+}
+
+// do runs queries (on their holders, in parallel) and waits for all.
+func do(qs ...*query) error {
+	var first error
+	for _, q := range qs {
+		<-q.done
+		if q.err != nil && first == nil {
+			first = q.err
+		}
+	}
+	return first
+}
+
+// acquire is SET … NX for a key this process does not hold: lock and lease
+// row in one statement on the key's holder. done is false when the key
+// needs the general path (it is held here, or the expiry lies in the past).
+func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend.SetOptions) (backend.SetResult, bool, error) {
+	now := time.Now()
+	var deadline int64
+	if !o.Expiry.IsZero() {
+		d := o.Expiry.Deadline(now)
+		if d.UnixMilli() <= now.UnixMilli() {
+			return backend.SetResult{}, false, nil
+		}
+		deadline = d.UnixMilli()
+	}
+	st := a.b.stripe(k)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if e := st.owned[k]; e != nil {
+		if e.valid() {
+			return backend.SetResult{}, false, nil
+		}
+		a.drop(st, k, e)
+	}
+	h := a.holderOf(k)
+	var got bool
+	var id int64
+	q := &query{sql: `WITH l AS (SELECT pg_try_advisory_lock(hashtextextended($3::text, $1::int::bigint)) AS ok, hashtextextended($3::text, $1::int::bigint) AS id)
+		INSERT INTO ` + a.b.table + ` (db, key, lock_id, token, deadline_ms, holder, holder_pid)
+		SELECT $1::int, $2, l.id, $4, $5, $6, pg_backend_pid() FROM l WHERE l.ok
+		ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
+			deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
+		RETURNING lock_id`,
+		args: []any{k.db, []byte(k.key), hashText(k.key), append(make([]byte, 0, len(token)), token...), deadlineParam(deadline), h.name},
+		scan: func(r pgx.Row) error {
+			err := r.Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			got = err == nil
+			return err
+		}}
+	h.submit(q)
+	if err := do(q); err != nil {
+		return backend.SetResult{}, true, tryAgain(err)
+	}
+	if !got {
+		return backend.SetResult{}, true, nil
+	}
+	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: id, h: h, gen: q.gen, row: true}
+	st.owned[k] = e
+	a.arm(k, e)
+	return backend.SetResult{Written: true}, true, nil
+}
+
+// advTx is one prepared operation of the advisory strategy.
+type advTx struct {
+	a      *advisory
+	keys   []dbKey
+	states map[dbKey]state
+	fresh  []dbKey // keys locked by prepare (absent before)
+}
+
+func (t *advTx) before() map[dbKey]state { return t.states }
+
+// prepare takes the advisory lock of each key this process does not hold.
+// Keys whose lock another session has are a *heldError, with the instance
+// holding each (from its lease row).
+func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
+	t := &advTx{a: a, keys: keys, states: make(map[dbKey]state, len(keys))}
+	var need []dbKey
+	for _, k := range keys {
+		st := a.b.stripe(k)
+		if e := st.owned[k]; e != nil {
+			if e.valid() {
+				t.states[k] = e.state
+				continue
+			}
+			a.drop(st, k, e)
+		}
+		need = append(need, k)
+	}
+	if len(need) == 0 {
+		return t, nil
+	}
+	qs := make([]*query, len(need))
+	got := make([]bool, len(need))
+	ids := make([]int64, len(need))
+	for i, k := range need {
+		qs[i] = &query{sql: `SELECT pg_try_advisory_lock(hashtextextended($1::text, $2::int::bigint)), hashtextextended($1::text, $2::int::bigint)`,
+			args: []any{hashText(k.key), k.db},
+			scan: func(r pgx.Row) error { return r.Scan(&got[i], &ids[i]) }}
+		a.holderOf(k).submit(qs[i])
+	}
+	err := do(qs...)
+	var he heldError
+	for i, k := range need {
+		switch {
+		case qs[i].err == nil && got[i]:
+			st := a.b.stripe(k)
+			st.owned[k] = &held{lockID: ids[i], h: a.holderOf(k), gen: qs[i].gen}
+			t.states[k] = state{}
+			t.fresh = append(t.fresh, k)
+		case qs[i].err == nil:
+			he.keys = append(he.keys, k)
+		}
+	}
+	if err == nil && len(he.keys) == 0 {
+		return t, nil
+	}
+	t.rollback()
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range he.keys {
+		_, in, rerr := a.readTable(ctx, k)
+		if rerr != nil {
+			return nil, rerr
+		}
+		he.instances = append(he.instances, in)
+	}
+	return nil, &he
+}
+
+// rollback unlocks the keys prepare locked.
+func (t *advTx) rollback() {
+	var qs []*query
+	for _, k := range t.fresh {
+		st := t.a.b.stripe(k)
+		e := st.owned[k]
+		delete(st.owned, k)
+		if e == nil || !e.valid() {
+			continue
+		}
+		q := &query{sql: `SELECT pg_advisory_unlock($1)`, args: []any{e.lockID}, want: e.gen, scan: scanUnlock}
+		e.h.submit(q)
+		qs = append(qs, q)
+	}
+	do(qs...) // a failure ended the session, which released the lock
+	t.fresh = nil
+}
+
+func scanUnlock(r pgx.Row) error {
+	var ok bool
+	if err := r.Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("pg_advisory_unlock: the holder session did not hold the lock")
+	}
+	return nil
+}
+
+// commit writes what changed: a lease row for a key that came to be, an
+// update for one that changed, and for one that is gone its row deleted
+// and its lock released.
+func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
+	b := t.a.b
+	type change struct {
+		k dbKey
+		e *held
+		s state
+		q *query
+	}
+	var cs []change
+	for _, k := range t.keys {
+		st := b.stripe(k)
+		e := st.owned[k]
+		s := after[k]
+		var q *query
+		switch {
+		case !s.present && !e.row:
+			q = &query{sql: `SELECT pg_advisory_unlock($1)`, args: []any{e.lockID}, scan: scanUnlock}
+		case !s.present:
+			q = &query{sql: `WITH d AS (DELETE FROM ` + b.table + ` WHERE db = $1 AND key = $2 AND holder_pid = pg_backend_pid())
+				SELECT pg_advisory_unlock($3)`, args: []any{k.db, []byte(k.key), e.lockID}, scan: scanUnlock}
+		case !e.row:
+			q = &query{sql: `INSERT INTO ` + b.table + ` (db, key, lock_id, token, deadline_ms, holder, holder_pid)
+				VALUES ($1, $2, $3, $4, $5, $6, pg_backend_pid())
+				ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
+					deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid`,
+				args: []any{k.db, []byte(k.key), e.lockID, s.token, deadlineParam(s.deadline), e.h.name}}
+		case !bytes.Equal(s.token, e.token) || s.deadline != e.deadline:
+			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, deadline_ms = $4 WHERE db = $1 AND key = $2`,
+				args: []any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline)}}
+		default:
+			continue
+		}
+		q.want = e.gen
+		e.h.submit(q)
+		cs = append(cs, change{k, e, s, q})
+	}
+	err := do(qsOf(cs, func(c change) *query { return c.q })...)
+	for _, c := range cs {
+		st := b.stripe(c.k)
+		if c.q.err != nil || !c.s.present {
+			if st.owned[c.k] == c.e {
+				t.a.drop(st, c.k, c.e)
+			}
+			continue
+		}
+		c.e.state = c.s
+		c.e.row = true
+		t.a.arm(c.k, c.e)
+	}
+	t.fresh = nil
+	return err
+}
+
+func qsOf[T any](xs []T, f func(T) *query) []*query {
+	qs := make([]*query, len(xs))
+	for i, x := range xs {
+		qs[i] = f(x)
+	}
+	return qs
+}
+
+// drop forgets a lease (its stripe locked).
+func (a *advisory) drop(st *stripe, k dbKey, e *held) {
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	delete(st.owned, k)
+}
+
+// arm sets the timer that ends a lease at its deadline: the holder
+// deletes the row and releases the lock, to the millisecond of the
+// deadline plus one round trip.
+func (a *advisory) arm(k dbKey, e *held) {
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	if e.deadline == 0 {
+		return
+	}
+	e.timer = time.AfterFunc(time.Until(time.UnixMilli(e.deadline)), func() { a.expire(k, e) })
+}
+
+// expire ends the lease e of k if it is still this one and its deadline
+// has passed.
+func (a *advisory) expire(k dbKey, e *held) {
+	st := a.b.stripe(k)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.owned[k] != e {
+		return
+	}
+	if !e.valid() {
+		a.drop(st, k, e)
+		return
+	}
+	if e.deadline == 0 || e.deadline > nowMS() {
+		a.arm(k, e) // extended meanwhile
+		return
+	}
+	q := &query{sql: `WITH d AS (DELETE FROM ` + a.b.table + ` WHERE db = $1 AND key = $2 AND holder_pid = pg_backend_pid())
+		SELECT pg_advisory_unlock($3)`, args: []any{k.db, []byte(k.key), e.lockID}, want: e.gen, scan: scanUnlock}
+	e.h.submit(q)
+	do(q) // on failure the session ended, and the lock with it
+	a.drop(st, k, e)
+}
+
+// sweep forgets the leases of sessions that are gone.
+func (a *advisory) sweep() {
+	for i := range a.b.stripes {
+		st := &a.b.stripes[i]
+		st.mu.Lock()
+		for k, e := range st.owned {
+			if !e.valid() {
+				a.drop(st, k, e)
+			}
+		}
+		st.mu.Unlock()
+	}
+}
+
+// read returns k's state: this process's lease, or the lease table's row.
+func (a *advisory) read(ctx context.Context, k dbKey) (state, error) {
+	st := a.b.stripe(k)
+	st.mu.Lock()
+	if e := st.owned[k]; e != nil && e.valid() {
+		s := e.state
+		st.mu.Unlock()
+		return s, nil
+	}
+	st.mu.Unlock()
+	s, _, err := a.readTable(ctx, k)
+	return s, err
+}
+
+// readTable reads k's lease row, if its holder session still holds the
+// lock, with the instance holding it.
+func (a *advisory) readTable(ctx context.Context, k dbKey) (state, string, error) {
+	var tok []byte
+	var exp *int64
+	var holder string
+	err := a.b.pool.QueryRow(ctx, `SELECT l.token, l.deadline_ms, l.holder FROM `+a.b.table+` l
+		WHERE l.db = $1 AND l.key = $2 AND `+heldByRowHolder, k.db, []byte(k.key)).Scan(&tok, &exp, &holder)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return state{}, "", nil
+	}
+	if err != nil {
+		return state{}, "", err
+	}
+	s := state{present: true, token: tok}
+	if exp != nil {
+		s.deadline = *exp
+	}
+	in, _, _ := bytes.Cut([]byte(holder), []byte("/"))
+	return s, string(in), nil
+}
+
+// reapEvery is how often lease rows whose holder session is gone (an
+// instance that died) are deleted.
+const reapEvery = 10 * time.Second
+
+func (a *advisory) reapStale() {
+	defer a.b.wg.Done()
+	t := time.NewTicker(reapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.b.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(a.b.ctx, a.b.cfg.OpTimeout)
+		_, err := a.b.pool.Exec(ctx, `DELETE FROM `+a.b.table+` l WHERE NOT `+heldByRowHolder)
+		cancel()
+		if err != nil && a.b.ctx.Err() == nil {
+			a.b.log.Warn("pgbridge: reaping stale lease rows", "err", err)
+		}
+	}
+}
+
+// check: PostgreSQL answers and every holder session is up.
+func (a *advisory) check(ctx context.Context) error {
+	for _, h := range a.holders {
+		if h.gen.Load() == 0 {
+			return fmt.Errorf("pgbridge: holder %d: %w", h.idx, errHolderDown)
+		}
+	}
+	return a.b.pool.Ping(ctx)
+}
+
+func (a *advisory) close() {
+	a.router.close()
+}

@@ -1,0 +1,46 @@
+// Package pgbridge serves the lock model (SPEC §1) from PostgreSQL, so
+// that unmodified Redis clients take locks that SQL sees and shares.
+//
+// A key's advisory lock id is hashtextextended(key, db), computed by
+// PostgreSQL: SQL users of database 0 take the very same lock with
+// pg_advisory_lock(hashtextextended('lock:x', 0)). (A key that is not
+// valid UTF-8, or holds a NUL byte, hashes the text \x followed by its hex
+// digits.) Every lock has a row in <schema>.leases (db, key, lock_id, token,
+// expires_at, holder, holder_pid) that operators can read and delete.
+//
+// Two strategies:
+//
+//   - advisory (default): the lock is a session-level advisory lock held by
+//     one of a few dedicated holder sessions of the instance that took it
+//     (sharded by key; statements to a holder are pipelined in batches). The
+//     holding instance keeps the token and deadline and ends the lock at its
+//     deadline to the millisecond (plus one round trip); the lease row
+//     mirrors them (deadline on the holder's wall clock) and the table is
+//     UNLOGGED, since a row means nothing without the session holding the
+//     lock. Other instances read rows whose holder session still holds the
+//     lock (checked in pg_locks), and route writes on such keys to the
+//     holding instance with LISTEN/NOTIFY. A holder session that ends (an
+//     error, pg_terminate_backend, a restart of PostgreSQL) takes its locks
+//     with it: the instance forgets them (they answer as absent: a release
+//     or extend then answers 0), counts it, and reconnects. Locks end with
+//     the instance that holds them.
+//   - lease: the (logged) lease table is the truth and PostgreSQL's clock
+//     the only clock. Each write is one transaction that takes
+//     pg_try_advisory_xact_lock on its keys and reads and writes their rows;
+//     locks survive restarts of lockproxy, at the price of a durable write
+//     per operation.
+//
+// Semantics come from package memory, the reference model: an operation
+// locks its keys' stripes in this process, the strategy prepares the keys
+// (advisory locks or transaction locks) and hands over their states, the
+// operation or script runs on a scratch memory model loaded with them, and
+// what it changed is committed before the reply. A script is atomic over
+// its keys; one that touches keys it did not declare runs again with them
+// prepared. A commit that fails is a TRYAGAIN error, never a false success.
+//
+// Limits (written down, not hidden): a multi-key DEL or EXISTS is atomic per
+// key, not across keys; MSET over a key another instance holds and a script
+// over keys several other instances hold are refused with TRYAGAIN rather
+// than routed; a key locked from SQL without a lease row reads as absent and
+// refuses SET NX (nil), while other writes on it answer TRYAGAIN.
+package pgbridge

@@ -1,0 +1,237 @@
+package pgbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A holder is one dedicated PostgreSQL session that holds the advisory
+// locks of its share of the keys. Statements reach it through its queue
+// and run in pipelined batches; a batch runs under the holder's own
+// deadline (Config.OpTimeout), never under a client's, because a cancelled
+// query closes the session and with it every lock it holds.
+//
+// Any error on a holder ends its session on purpose: PostgreSQL then
+// releases all of its locks, which is a state this process can know. The
+// session's generation moves on, and every lease taken under the old one
+// counts as lost (answered as absent, never as held).
+type holder struct {
+	a     *advisory
+	idx   int
+	name  string // holder column value: instance/idx
+	queue chan *query
+	gen   atomic.Uint64 // the session's generation; 0 while down
+	lost  atomic.Int64  // sessions lost
+}
+
+// query is one statement for a holder. scan reads its single row; a nil
+// scan executes it for its effect.
+type query struct {
+	sql  string
+	args []any
+	scan func(pgx.Row) error
+	want uint64 // the generation it is for (0: any)
+	gen  uint64 // the generation it ran under
+	err  error
+	done chan struct{}
+}
+
+var errHolderDown = errors.New("holder connection to PostgreSQL is down")
+
+// errLost answers a statement meant for a session that is gone.
+var errLost = errors.New("holder connection to PostgreSQL was lost: its locks were released")
+
+const maxBatch = 256
+
+// submit hands q to the holder (the queue is unbuffered: a statement is
+// either taken by the holder or failed here); q.done closes once it ran or
+// failed.
+func (h *holder) submit(q *query) {
+	q.done = make(chan struct{})
+	if h.a.b.ctx.Err() != nil {
+		q.err = errors.New("pgbridge: closed")
+		close(q.done)
+		return
+	}
+	select {
+	case h.queue <- q:
+	case <-h.a.b.ctx.Done():
+		q.err = errors.New("pgbridge: closed")
+		close(q.done)
+	}
+}
+
+// run is the holder's life: connect, serve until an error, repeat.
+func (h *holder) run() {
+	defer h.a.b.wg.Done()
+	b := h.a.b
+	var gen uint64
+	for b.ctx.Err() == nil {
+		conn, err := h.connect()
+		if err != nil {
+			b.log.Warn("pgbridge: holder connect", "holder", h.idx, "err", err)
+			h.failQueued(fmt.Errorf("%w: %v", errHolderDown, err), 200*time.Millisecond)
+			continue
+		}
+		gen += 2 // odd numbers never occur: 0 means down
+		h.gen.Store(gen)
+		err = h.serve(conn, gen)
+		h.gen.Store(0)
+		conn.Close(context.Background())
+		if b.ctx.Err() != nil {
+			break
+		}
+		h.lost.Add(1)
+		b.log.Warn("pgbridge: holder connection lost; its locks were released", "holder", h.idx, "err", err)
+		h.a.sweep()
+	}
+	h.failQueued(errors.New("pgbridge: closed"), 0)
+}
+
+// connect opens the holder's session and removes the lease rows a former
+// session of this holder left behind (its locks died with it).
+func (h *holder) connect() (*pgx.Conn, error) {
+	b := h.a.b
+	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.OpTimeout)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(b.cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["application_name"] = "lockproxy holder " + h.name
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM `+b.table+` WHERE holder = $1`, h.name); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+// failQueued fails the statements that arrive while the holder is down,
+// for d (and at least those already waiting).
+func (h *holder) failQueued(err error, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		select {
+		case q := <-h.queue:
+			q.err = err
+			close(q.done)
+			continue
+		default:
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 || h.a.b.ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case q := <-h.queue:
+			q.err = err
+			close(q.done)
+		case <-t.C:
+		case <-h.a.b.ctx.Done():
+		}
+		t.Stop()
+	}
+}
+
+// pingEvery is how often an idle holder checks its session, so that a
+// session killed from outside (pg_terminate_backend) is noticed without
+// traffic.
+const pingEvery = time.Second
+
+// serve runs batches on conn until an error or Close.
+func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
+	b := h.a.b
+	ping := time.NewTicker(pingEvery)
+	defer ping.Stop()
+	batch := make([]*query, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case q := <-h.queue:
+			batch = append(batch, q)
+		case <-ping.C:
+			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.OpTimeout)
+			_, err := conn.Exec(ctx, "SELECT 1")
+			cancel()
+			if err != nil {
+				return err
+			}
+			continue
+		case <-b.ctx.Done():
+			return b.ctx.Err()
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case q := <-h.queue:
+				batch = append(batch, q)
+			default:
+				break more
+			}
+		}
+		if err := h.runBatch(conn, gen, batch); err != nil {
+			return err
+		}
+	}
+}
+
+// runBatch sends batch in one pipeline. On any error every statement of
+// the batch fails and the session ends (the caller closes it): the batch
+// ran in one implicit transaction, so its row changes are undone, and the
+// locks go with the session.
+func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
+	var pb pgx.Batch
+	run := batch[:0:0]
+	for _, q := range batch {
+		if q.want != 0 && q.want != gen {
+			q.err = errLost
+			close(q.done)
+			continue
+		}
+		pb.Queue(q.sql, q.args...)
+		run = append(run, q)
+	}
+	if len(run) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.a.b.cfg.OpTimeout)
+	defer cancel()
+	br := conn.SendBatch(ctx, &pb)
+	var first error
+	for _, q := range run {
+		if q.scan != nil {
+			q.err = q.scan(br.QueryRow())
+		} else {
+			_, q.err = br.Exec()
+		}
+		if q.err != nil && first == nil {
+			first = q.err
+		}
+	}
+	if err := br.Close(); err != nil && first == nil {
+		first = err
+	}
+	if first != nil {
+		h.gen.Store(0) // before anyone hears of the failure
+		for _, q := range run {
+			if q.err == nil {
+				q.err = fmt.Errorf("%w (%v)", errLost, first)
+			}
+		}
+	}
+	for _, q := range run {
+		q.gen = gen
+		close(q.done)
+	}
+	return first
+}

@@ -1,0 +1,294 @@
+package pgbridge
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/keycmd"
+)
+
+// The backend.KeySpace and Eval of a Backend. Writes run through write
+// (engine.go); reads take the state from this process's leases or from the
+// lease table. A write that meets a key another lockproxy instance holds is
+// routed to that instance (advisory strategy, routeReq).
+
+func nowMS() int64 { return time.Now().UnixMilli() }
+
+// Set implements backend.KeySpace.
+func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
+	if err := checkDB(db); err != nil {
+		return backend.SetResult{}, err
+	}
+	k := dbKey{db, key}
+	if a, ok := b.store.(*advisory); ok && o.Cond == backend.IfAbsent && !o.Get {
+		if res, done, err := a.acquire(ctx, k, token, o); done {
+			return res, err
+		}
+	}
+	var res backend.SetResult
+	err := b.write(ctx, []dbKey{k}, func(ks backend.KeySpace) (err error) {
+		res, err = ks.Set(ctx, db, key, token, o)
+		return err
+	})
+	var h *heldError
+	if errors.As(err, &h) {
+		if o.Cond == backend.IfAbsent && !o.Get {
+			return backend.SetResult{}, nil // held: live somewhere
+		}
+		rep, err := b.route(ctx, h, &routeReq{Op: "set", DB: db, Key: []byte(key), Token: token, Opts: o})
+		if err != nil {
+			return backend.SetResult{}, err
+		}
+		return rep.Set, rep.error()
+	}
+	return res, err
+}
+
+// Get implements backend.KeySpace.
+func (b *Backend) Get(ctx context.Context, db int, key string) ([]byte, bool, error) {
+	if err := checkDB(db); err != nil {
+		return nil, false, err
+	}
+	s, err := b.store.read(ctx, dbKey{db, key})
+	if err != nil {
+		return nil, false, tryAgain(err)
+	}
+	if !s.live(nowMS()) {
+		return nil, false, nil
+	}
+	return s.token, true, nil
+}
+
+// PTTL implements backend.KeySpace.
+func (b *Backend) PTTL(ctx context.Context, db int, key string) (int64, error) {
+	if err := checkDB(db); err != nil {
+		return 0, err
+	}
+	s, err := b.store.read(ctx, dbKey{db, key})
+	if err != nil {
+		return 0, tryAgain(err)
+	}
+	now := nowMS()
+	switch {
+	case !s.live(now):
+		return -2, nil
+	case s.deadline == 0:
+		return -1, nil
+	}
+	return s.deadline - now, nil
+}
+
+// Exists implements backend.KeySpace. Each key is read on its own: a
+// multi-key EXISTS is not one snapshot across instances.
+func (b *Backend) Exists(ctx context.Context, db int, keys []string) (int64, error) {
+	var n int64
+	for _, k := range keys {
+		_, ok, err := b.Get(ctx, db, k)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Del implements backend.KeySpace. Each key is deleted on its own (a
+// multi-key DEL is not atomic across its keys; no lock library relies on
+// that).
+func (b *Backend) Del(ctx context.Context, db int, keys []string) (int64, error) {
+	if err := checkDB(db); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, key := range keys {
+		var d int64
+		err := b.write(ctx, []dbKey{{db, key}}, func(ks backend.KeySpace) (err error) {
+			d, err = ks.Del(ctx, db, []string{key})
+			return err
+		})
+		var h *heldError
+		if errors.As(err, &h) {
+			rep, rerr := b.route(ctx, h, &routeReq{Op: "del", DB: db, Key: []byte(key)})
+			if rerr != nil {
+				return 0, rerr
+			}
+			d, err = rep.N, rep.error()
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += d
+	}
+	return n, nil
+}
+
+// DelIf implements backend.KeySpace.
+func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Cond, match []byte) (bool, error) {
+	if err := checkDB(db); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := b.write(ctx, []dbKey{{db, key}}, func(ks backend.KeySpace) (err error) {
+		ok, err = ks.DelIf(ctx, db, key, cond, match)
+		return err
+	})
+	var h *heldError
+	if errors.As(err, &h) {
+		rep, err := b.route(ctx, h, &routeReq{Op: "delif", DB: db, Key: []byte(key), Cond: cond, Match: match})
+		if err != nil {
+			return false, err
+		}
+		return rep.OK, rep.error()
+	}
+	return ok, err
+}
+
+// Expire implements backend.KeySpace.
+func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expiry, cond backend.ExpireCond) (bool, error) {
+	if err := checkDB(db); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := b.write(ctx, []dbKey{{db, key}}, func(ks backend.KeySpace) (err error) {
+		ok, err = ks.Expire(ctx, db, key, e, cond)
+		return err
+	})
+	var h *heldError
+	if errors.As(err, &h) {
+		rep, err := b.route(ctx, h, &routeReq{Op: "expire", DB: db, Key: []byte(key), Expiry: e, ECond: cond})
+		if err != nil {
+			return false, err
+		}
+		return rep.OK, rep.error()
+	}
+	return ok, err
+}
+
+// Persist implements backend.KeySpace.
+func (b *Backend) Persist(ctx context.Context, db int, key string) (bool, error) {
+	if err := checkDB(db); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := b.write(ctx, []dbKey{{db, key}}, func(ks backend.KeySpace) (err error) {
+		ok, err = ks.Persist(ctx, db, key)
+		return err
+	})
+	var h *heldError
+	if errors.As(err, &h) {
+		rep, err := b.route(ctx, h, &routeReq{Op: "persist", DB: db, Key: []byte(key)})
+		if err != nil {
+			return false, err
+		}
+		return rep.OK, rep.error()
+	}
+	return ok, err
+}
+
+// MSet implements backend.KeySpace. MSETNX over a key held elsewhere
+// answers 0; MSET over such a key is not routed (TRYAGAIN).
+func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool) (bool, error) {
+	if err := checkDB(db); err != nil {
+		return false, err
+	}
+	keys := make([]dbKey, len(pairs))
+	for i, p := range pairs {
+		keys[i] = dbKey{db, p.Key}
+	}
+	var ok bool
+	err := b.write(ctx, keys, func(ks backend.KeySpace) (err error) {
+		ok, err = ks.MSet(ctx, db, pairs, nx)
+		return err
+	})
+	var h *heldError
+	if errors.As(err, &h) {
+		if nx {
+			return false, nil
+		}
+		return false, heldReply(h)
+	}
+	return ok, err
+}
+
+// DBSize implements backend.KeySpace: the live leases of db in the table.
+func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
+	if err := checkDB(db); err != nil {
+		return 0, err
+	}
+	n, err := b.dbSize(ctx, db, nil)
+	if err != nil {
+		return 0, tryAgain(err)
+	}
+	return n, nil
+}
+
+// dbSize counts the live keys of db in the lease table, leaving out the
+// keys of except.
+func (b *Backend) dbSize(ctx context.Context, db int, except [][]byte) (int64, error) {
+	if except == nil {
+		except = [][]byte{}
+	}
+	var n int64
+	var err error
+	if b.cfg.Strategy == Advisory {
+		err = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` l WHERE l.db = $1 AND NOT (l.key = ANY($3))
+			AND (l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder, db, nowMS(), except).Scan(&n)
+	} else {
+		err = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE db = $1 AND NOT (key = ANY($2))
+			AND (deadline_ms IS NULL OR deadline_ms > `+pgNowMS+`)`, db, except).Scan(&n)
+	}
+	return n, err
+}
+
+// Eval implements backend.Backend: the script runs on the scratch model
+// over its prepared keys, atomically; a key it touches without declaring
+// it in KEYS makes it run again with that key prepared.
+func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
+	if err := checkDB(db); err != nil {
+		return backend.Value{}, err
+	}
+	dk := make([]dbKey, len(keys))
+	for i, k := range keys {
+		dk[i] = dbKey{db, k}
+	}
+	var v backend.Value
+	err := b.write(ctx, dk, func(ks backend.KeySpace) (err error) {
+		v, err = b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: ks, DB: db, RO: ro})
+		return err
+	})
+	var h *heldError
+	if errors.As(err, &h) {
+		bk := make([][]byte, len(keys))
+		for i, k := range keys {
+			bk[i] = []byte(k)
+		}
+		rep, err := b.route(ctx, h, &routeReq{Op: "eval", DB: db, Script: s, Keys: bk, Args: args, RO: ro})
+		if err != nil {
+			return backend.Value{}, err
+		}
+		return rep.V, rep.error()
+	}
+	return v, err
+}
+
+// route sends an operation to the instance holding h's keys, when this
+// is the advisory strategy, the operation did not arrive routed, and one
+// instance holds them all.
+func (b *Backend) route(ctx context.Context, h *heldError, req *routeReq) (*routeReply, error) {
+	a, ok := b.store.(*advisory)
+	if !ok || routed(ctx) {
+		return nil, heldReply(h)
+	}
+	target := ""
+	for _, in := range h.instances {
+		if in == "" || (target != "" && in != target) {
+			return nil, heldReply(h)
+		}
+		target = in
+	}
+	return a.router.send(ctx, target, req)
+}

@@ -1,0 +1,189 @@
+package pgbridge
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// leaseStore is the lease strategy: the lease table is the truth and
+// PostgreSQL's clock the only clock. Each write is one short transaction
+// that takes pg_try_advisory_xact_lock(hashtextextended(key, db)) on its
+// keys (so SQL users of the same advisory lock exclude it, and concurrent
+// writers of one key, from any instance, run one after the other), reads
+// the rows, and writes back what changed. Locks survive a restart of
+// lockproxy; nothing lives in this process between operations.
+type leaseStore struct {
+	b *Backend
+}
+
+// lockTries and lockPause bound how long a write waits for a key's
+// transaction lock that another writer holds (other lockproxy
+// transactions hold it for a round trip or two). A key still locked after
+// that is held by an SQL session.
+const (
+	lockTries = 20
+	lockPause = 2 * time.Millisecond
+)
+
+type leaseTx struct {
+	s      *leaseStore
+	conn   *pgxpool.Conn
+	keys   []dbKey
+	states map[dbKey]state
+	local  int64 // this process's clock (Unix ms) when PostgreSQL's now() was read
+	pgNow  time.Time
+}
+
+func (t *leaseTx) before() map[dbKey]state { return t.states }
+
+func (s *leaseStore) prepare(ctx context.Context, keys []dbKey) (tx, error) {
+	conn, err := s.b.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := &leaseTx{s: s, conn: conn, keys: keys, states: make(map[dbKey]state, len(keys))}
+	for try := 0; ; try++ {
+		ok, err := t.begin(ctx)
+		if err != nil {
+			t.discard()
+			return nil, err
+		}
+		if ok {
+			return t, nil
+		}
+		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+			t.discard()
+			return nil, err
+		}
+		if try == lockTries {
+			conn.Release()
+			return nil, &heldError{keys: keys, instances: make([]string, len(keys))}
+		}
+		time.Sleep(lockPause) // another writer holds a key's transaction lock
+	}
+}
+
+// begin opens the transaction, takes the keys' transaction locks and reads
+// their rows; ok is false when a lock was taken by another session.
+func (t *leaseTx) begin(ctx context.Context) (bool, error) {
+	var pb pgx.Batch
+	pb.Queue("BEGIN")
+	pb.Queue("SELECT now()")
+	for _, k := range t.keys {
+		pb.Queue(`SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, $2::int::bigint))`, hashText(k.key), k.db)
+	}
+	for _, k := range t.keys {
+		pb.Queue(`SELECT token, deadline_ms - `+pgNowMS+`
+			FROM `+t.s.b.table+` WHERE db = $1 AND key = $2 FOR UPDATE`, k.db, []byte(k.key))
+	}
+	br := t.conn.SendBatch(ctx, &pb)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return false, err
+	}
+	if err := br.QueryRow().Scan(&t.pgNow); err != nil {
+		return false, err
+	}
+	t.local = nowMS()
+	all := true
+	for range t.keys {
+		var ok bool
+		if err := br.QueryRow().Scan(&ok); err != nil {
+			return false, err
+		}
+		all = all && ok
+	}
+	for _, k := range t.keys {
+		var tok []byte
+		var left *int64
+		err := br.QueryRow().Scan(&tok, &left)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			t.states[k] = state{}
+		case err != nil:
+			return false, err
+		case left == nil:
+			t.states[k] = state{present: true, token: tok}
+		case *left > 0:
+			t.states[k] = state{present: true, token: tok, deadline: addMS(t.local, *left)}
+		default:
+			t.states[k] = state{}
+		}
+	}
+	return all, br.Close()
+}
+
+// commit writes the changed rows and commits. Deadlines go back to
+// PostgreSQL's clock as now() (the transaction's start) plus what was left
+// of them on this process's clock since then.
+func (t *leaseTx) commit(ctx context.Context, after map[dbKey]state) error {
+	defer t.conn.Release()
+	var pb pgx.Batch
+	for _, k := range t.keys {
+		s, old := after[k], t.states[k]
+		if s.present == old.present && string(s.token) == string(old.token) && s.deadline == old.deadline {
+			continue
+		}
+		if !s.present {
+			pb.Queue(`DELETE FROM `+t.s.b.table+` WHERE db = $1 AND key = $2`, k.db, []byte(k.key))
+			continue
+		}
+		var left any
+		if s.deadline != 0 {
+			left = s.deadline - t.local
+		}
+		pb.Queue(`INSERT INTO `+t.s.b.table+` (db, key, lock_id, token, deadline_ms, holder)
+			VALUES ($1::int, $2, hashtextextended($3::text, $1::int::bigint), $4,
+				CASE WHEN $5::bigint IS NULL THEN NULL -- LEAST ignores NULLs
+					ELSE LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint END, 'lease')
+			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, deadline_ms = EXCLUDED.deadline_ms`,
+			k.db, []byte(k.key), hashText(k.key), s.token, left)
+	}
+	pb.Queue("COMMIT")
+	if err := t.conn.SendBatch(ctx, &pb).Close(); err != nil {
+		t.conn.Conn().Close(context.Background()) // the transaction's fate is unknown; never reuse the session
+		return err
+	}
+	return nil
+}
+
+func (t *leaseTx) rollback() {
+	defer t.conn.Release()
+	if _, err := t.conn.Exec(context.Background(), "ROLLBACK"); err != nil {
+		t.conn.Conn().Close(context.Background())
+	}
+}
+
+// discard closes a session whose transaction state is unknown.
+func (t *leaseTx) discard() {
+	t.conn.Conn().Close(context.Background())
+	t.conn.Release()
+}
+
+func (s *leaseStore) read(ctx context.Context, k dbKey) (state, error) {
+	var tok []byte
+	var left *int64
+	err := s.b.pool.QueryRow(ctx, `SELECT token, deadline_ms - `+pgNowMS+`
+		FROM `+s.b.table+` WHERE db = $1 AND key = $2 AND (deadline_ms IS NULL OR deadline_ms > `+pgNowMS+`)`,
+		k.db, []byte(k.key)).Scan(&tok, &left)
+	local := nowMS()
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return state{}, nil
+	case err != nil:
+		return state{}, err
+	case left == nil:
+		return state{present: true, token: tok}, nil
+	case *left <= 0:
+		return state{}, nil
+	}
+	return state{present: true, token: tok, deadline: addMS(local, *left)}, nil
+}
+
+func (s *leaseStore) check(ctx context.Context) error { return s.b.pool.Ping(ctx) }
+
+func (s *leaseStore) close() {}

@@ -1,0 +1,366 @@
+package pgbridge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockproxy/lockproxy/luascripts"
+	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/keycmd"
+)
+
+// Strategies.
+const (
+	Advisory = "advisory"
+	Lease    = "lease"
+)
+
+// Config configures a Backend.
+type Config struct {
+	// DSN is the PostgreSQL connection string (URL or key=value form).
+	DSN string
+	// Strategy is Advisory (session advisory locks held by this process) or
+	// Lease (the lease table is the truth). default: Advisory
+	Strategy string
+	// Schema holds the lease table (Schema.leases); it is created if
+	// missing. default: lockproxy
+	Schema string
+	// Holders is the number of dedicated holder connections (advisory).
+	// default: 4
+	Holders int
+	// OpTimeout bounds one statement batch on a holder connection. A batch
+	// that takes longer closes that connection, which releases its locks:
+	// a holder never waits on a client's deadline. default: 5s
+	OpTimeout time.Duration
+	// Runner runs EVAL scripts. default: luascripts.New with its defaults
+	Runner *luascripts.Runner
+	// Logger receives holder losses and reconnects. default: discard
+	Logger *slog.Logger
+}
+
+// Backend serves the lock model from PostgreSQL. It is safe for concurrent
+// use.
+type Backend struct {
+	cfg      Config
+	pool     *pgxpool.Pool
+	table    string // quoted schema.leases
+	instance string // random per process: this instance's name in lease rows and its NOTIFY channel
+	mem      *memory.Backend
+	runner   *luascripts.Runner
+	log      *slog.Logger
+	seed     maphash.Seed
+	stripes  [numStripes]stripe
+	store    strategy
+
+	ctx    context.Context // ends at Close: background work
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Checker = (*Backend)(nil)
+)
+
+// numStripes is the number of per-key mutexes: operations on keys of one
+// stripe run one after another, across their PostgreSQL round trips.
+const numStripes = 4096
+
+// stripe serialises the operations on its keys and, in the advisory
+// strategy, guards the leases this process holds for them.
+type stripe struct {
+	mu    sync.Mutex
+	owned map[dbKey]*held
+}
+
+type dbKey struct {
+	db  int
+	key string
+}
+
+// state is one key as the model sees it: absent, or a token with a
+// deadline (Unix milliseconds, 0 for none).
+type state struct {
+	present  bool
+	token    []byte
+	deadline int64
+}
+
+// strategy is where the locks live.
+type strategy interface {
+	// prepare makes keys (sorted, distinct, their stripes locked) ready for
+	// one operation and returns their states. Keys held beyond this
+	// process's reach are reported as a *heldError.
+	prepare(ctx context.Context, keys []dbKey) (tx, error)
+	// read returns a key's state without preparing it (GET, PTTL, EXISTS).
+	read(ctx context.Context, k dbKey) (state, error)
+	check(ctx context.Context) error
+	close()
+}
+
+// tx is one prepared operation.
+type tx interface {
+	before() map[dbKey]state
+	// commit makes after (the state of every prepared key once the
+	// operation ran) durable; it fails when it cannot tell.
+	commit(ctx context.Context, after map[dbKey]state) error
+	// rollback undoes prepare.
+	rollback()
+}
+
+// heldError reports keys that another holder has: another lockproxy
+// instance (advisory, named by instance) or a session using the advisory
+// lock from SQL.
+type heldError struct {
+	keys      []dbKey
+	instances []string // the holding instance of each key, "" if unknown
+}
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("pgbridge: %d key(s) held elsewhere", len(e.keys))
+}
+
+// New connects, creates the schema and lease table if missing and starts
+// the holder connections.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	if cfg.Strategy == "" {
+		cfg.Strategy = Advisory
+	}
+	if cfg.Strategy != Advisory && cfg.Strategy != Lease {
+		return nil, fmt.Errorf("pgbridge: unknown strategy %q (use advisory or lease)", cfg.Strategy)
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = "lockproxy"
+	}
+	if !identifier.MatchString(cfg.Schema) {
+		return nil, fmt.Errorf("pgbridge: schema %q is not a plain identifier (letters, digits, _)", cfg.Schema)
+	}
+	if cfg.Holders <= 0 {
+		cfg.Holders = 4
+	}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = 5 * time.Second
+	}
+	if cfg.Runner == nil {
+		cfg.Runner = luascripts.New(luascripts.Config{})
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("pgbridge: postgres-dsn: %w", err)
+	}
+	if pcfg.MaxConns < 16 {
+		pcfg.MaxConns = 16
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgbridge: %w", err)
+	}
+	id := make([]byte, 8)
+	rand.Read(id)
+	b := &Backend{
+		cfg: cfg, pool: pool, table: cfg.Schema + ".leases", instance: hex.EncodeToString(id),
+		mem: memory.New(memory.Config{Runner: cfg.Runner, ReapInterval: time.Hour}), runner: cfg.Runner,
+		log: cfg.Logger, seed: maphash.MakeSeed(),
+	}
+	for i := range b.stripes {
+		b.stripes[i].owned = make(map[dbKey]*held)
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	if err := b.createSchema(ctx); err != nil {
+		b.cancel()
+		pool.Close()
+		return nil, err
+	}
+	if cfg.Strategy == Advisory {
+		b.store, err = newAdvisory(ctx, b)
+	} else {
+		b.store = &leaseStore{b: b}
+	}
+	if err != nil {
+		b.cancel()
+		pool.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// createSchema creates the schema and lease table idempotently. The
+// advisory strategy's table is UNLOGGED: its rows only mean something
+// while the sessions holding the locks live, and a crash of PostgreSQL
+// ends those sessions too; the lease strategy's table is logged, since it
+// is the locks.
+func (b *Backend) createSchema(ctx context.Context) error {
+	persistence := "LOGGED"
+	if b.cfg.Strategy == Advisory {
+		persistence = "UNLOGGED"
+	}
+	ddl := []string{
+		"CREATE SCHEMA IF NOT EXISTS " + b.cfg.Schema,
+		"CREATE " + strings.TrimPrefix(persistence, "LOGGED") + " TABLE IF NOT EXISTS " + b.table + ` (
+			db         integer     NOT NULL,
+			key        bytea       NOT NULL,
+			lock_id    bigint      NOT NULL,
+			token      bytea       NOT NULL,
+			deadline_ms bigint,
+			expires_at timestamptz GENERATED ALWAYS AS (CASE WHEN deadline_ms IS NULL THEN NULL
+				WHEN deadline_ms >= 9000000000000000 THEN 'infinity'::timestamptz
+				ELSE to_timestamp(deadline_ms / 1000.0) END) STORED,
+			holder     text        NOT NULL,
+			holder_pid integer     NOT NULL DEFAULT 0,
+			PRIMARY KEY (db, key))`,
+		"ALTER TABLE " + b.table + " SET " + persistence,
+	}
+	for _, q := range ddl {
+		if _, err := b.pool.Exec(ctx, q); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "3D000") {
+				return fmt.Errorf("pgbridge: cannot create %s: %s (grant CREATE on the database, or create the schema and table as an owner)", b.table, pe.Message)
+			}
+			if errors.As(err, &pe) && pe.Code == "23505" { // a concurrent CREATE … IF NOT EXISTS by another instance
+				continue
+			}
+			return fmt.Errorf("pgbridge: %s: %w", b.table, err)
+		}
+	}
+	return nil
+}
+
+// Close stops background work, closes the holder connections (which
+// releases every advisory lock this process holds) and the pool.
+func (b *Backend) Close(ctx context.Context) error {
+	b.cancel()
+	b.store.close()
+	b.wg.Wait()
+	b.pool.Close()
+	return b.mem.Close(ctx)
+}
+
+// Check reports whether PostgreSQL answers and, in the advisory strategy,
+// whether every holder connection is up (backend.Checker).
+func (b *Backend) Check(ctx context.Context) error { return b.store.check(ctx) }
+
+func (b *Backend) stripe(k dbKey) *stripe {
+	return &b.stripes[maphash.String(b.seed, k.key)%numStripes]
+}
+
+// lockStripes locks the stripes of keys in a fixed order and returns the
+// function that unlocks them.
+func (b *Backend) lockStripes(keys []dbKey) func() {
+	idx := make([]int, 0, len(keys))
+	for _, k := range keys {
+		idx = append(idx, int(maphash.String(b.seed, k.key)%numStripes))
+	}
+	sort.Ints(idx)
+	var locked []*sync.Mutex
+	for i, x := range idx {
+		if i > 0 && idx[i-1] == x {
+			continue
+		}
+		m := &b.stripes[x].mu
+		m.Lock()
+		locked = append(locked, m)
+	}
+	return func() {
+		for _, m := range locked {
+			m.Unlock()
+		}
+	}
+}
+
+// hashText is the text whose hashtextextended is a key's advisory lock id:
+// the key itself when it is valid UTF-8 without NUL bytes (so SQL users
+// lock the same id with hashtextextended('key', db)), else "\x" and its
+// hex digits, since PostgreSQL text cannot hold such a key.
+func hashText(key string) string {
+	if utf8.ValidString(key) && !strings.Contains(key, "\x00") {
+		return key
+	}
+	return `\x` + hex.EncodeToString([]byte(key))
+}
+
+// sortKeys returns the distinct keys of db in a fixed order.
+func sortKeys(keys []dbKey) []dbKey {
+	out := append([]dbKey(nil), keys...)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].db != out[j].db {
+			return out[i].db < out[j].db
+		}
+		return out[i].key < out[j].key
+	})
+	n := 0
+	for i, k := range out {
+		if i == 0 || k != out[n-1] {
+			out[n] = k
+			n++
+		}
+	}
+	return out[:n]
+}
+
+func checkDB(db int) error {
+	if db < 0 || db >= keycmd.Databases {
+		return fmt.Errorf("pgbridge: database %d out of range", db)
+	}
+	return nil
+}
+
+// tryAgain is the error a client sees when PostgreSQL could not tell.
+func tryAgain(err error) error {
+	var re *backend.ReplyError
+	if errors.As(err, &re) {
+		return err
+	}
+	return &backend.ReplyError{Reply: "TRYAGAIN postgres: " + oneLine(err.Error()), Err: err}
+}
+
+func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
+
+// deadlineParam converts a deadline (Unix ms, 0 for none) to the
+// deadline_ms parameter. Deadlines are kept in milliseconds because Redis
+// allows them up to 2^63-1 ms, far beyond timestamptz; expires_at is the
+// same deadline for people, 'infinity' past the year 287000.
+func deadlineParam(deadline int64) any {
+	if deadline == 0 {
+		return nil
+	}
+	return deadline
+}
+
+// addMS adds a remaining time to a clock reading without overflowing:
+// Redis allows deadlines up to 2^63-1 ms.
+func addMS(now, left int64) int64 {
+	if left > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + left
+}
+
+// pgNowMS is PostgreSQL's clock (the transaction's start) in Unix ms.
+const pgNowMS = `floor(extract(epoch from now()) * 1000)::bigint`
+
+// rowQuerier is what a read runs on: the pool or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
