@@ -186,6 +186,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		b.stripes[i].owned = make(map[dbKey]*held)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	if err := pool.Ping(ctx); err != nil {
+		b.cancel()
+		pool.Close()
+		return nil, fmt.Errorf("pgbridge: cannot reach PostgreSQL: %w", err)
+	}
 	if err := b.createSchema(ctx); err != nil {
 		b.cancel()
 		pool.Close()
@@ -203,6 +208,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	return b, nil
 }
+
+// ValidSchema reports whether name can be Config.Schema: a plain SQL
+// identifier, used unquoted.
+func ValidSchema(name string) bool { return identifier.MatchString(name) }
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 

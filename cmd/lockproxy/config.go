@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
 // Config is lockproxy's configuration. Precedence: defaults < config file <
@@ -22,6 +24,7 @@ type Config struct {
 	QuorumTimeout    string `yaml:"quorum-node-timeout"`
 	PostgresDSN      string `yaml:"postgres-dsn"`
 	PostgresStrategy string `yaml:"postgres-strategy"`
+	PostgresSchema   string `yaml:"postgres-schema"`
 	AdminListen      string `yaml:"admin-listen"`
 	RequirePass      string `yaml:"requirepass"`
 	LogLevel         string `yaml:"log-level"`
@@ -35,7 +38,7 @@ type Config struct {
 
 func defaults() Config {
 	return Config{
-		Listen: "127.0.0.1:6380", Backend: "memory", PostgresStrategy: "advisory",
+		Listen: "127.0.0.1:6380", Backend: "memory", PostgresStrategy: "advisory", PostgresSchema: "lockproxy",
 		AdminListen: "127.0.0.1:9121", LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
 		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms",
@@ -135,7 +138,12 @@ func (c Config) validate() []string {
 			}
 		}
 	case "postgres":
-		add("backend", "postgres is not implemented yet", "use memory or quorum")
+		if c.PostgresDSN == "" {
+			add("postgres-dsn", "empty while backend is postgres", "e.g. postgres://lockproxy@db.internal:5432/locks")
+		}
+		if !pgbridge.ValidSchema(c.PostgresSchema) {
+			add("postgres-schema", fmt.Sprintf("%q is not a plain identifier", c.PostgresSchema), "letters, digits and _, e.g. lockproxy")
+		}
 	default:
 		add("backend", fmt.Sprintf("unknown backend %q", c.Backend), "use memory, quorum or postgres")
 	}

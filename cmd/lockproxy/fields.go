@@ -37,6 +37,7 @@ func fields(c *Config) []field {
 		str("quorum-node-timeout", "how long one operation may take on one quorum node", &c.QuorumTimeout),
 		str("postgres-dsn", "PostgreSQL connection string", &c.PostgresDSN),
 		str("postgres-strategy", "advisory or lease", &c.PostgresStrategy),
+		str("postgres-schema", "schema of the lease table (created if missing)", &c.PostgresSchema),
 		str("admin-listen", "HTTP admin address (/metrics, /healthz, /readyz); empty disables", &c.AdminListen),
 		str("requirepass", "password clients must AUTH with", &c.RequirePass),
 		str("log-level", "debug, info, warn or error", &c.LogLevel),

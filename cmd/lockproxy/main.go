@@ -133,6 +133,8 @@ func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger) (backen
 			warnings = append(warnings, fmt.Sprintf("%d quorum nodes: losing one loses the majority; use 3 or more", len(nodes)))
 		}
 		return b, warnings, nil
+	case "postgres":
+		return newPostgres(cfg, luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log}), log)
 	}
 	runner := luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})
 	return memory.New(memory.Config{Runner: runner}), []string{"memory backend: single node, not HA; locks end with the process"}, nil
