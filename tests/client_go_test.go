@@ -15,11 +15,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
 // clientTargets runs f against a real redis-server (which proves the test
 // itself), against lockproxy on the memory backend, and against lockproxy on
-// the quorum backend over three real redis-servers.
+// the quorum backend over three real redis-servers, and the postgres
+// backend in each strategy.
 func clientTargets(t *testing.T, f func(t *testing.T, addr string)) {
 	t.Helper()
 	t.Run("redis", func(t *testing.T) { f(t, testsrv.StartRedis(t).Addr) })
@@ -28,6 +30,12 @@ func clientTargets(t *testing.T, f func(t *testing.T, addr string)) {
 		addr, _ := testsrv.StartQuorumProxy(t, 3)
 		f(t, addr)
 	})
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		t.Run("pg-"+strategy, func(t *testing.T) {
+			addr, _ := testsrv.StartPostgresProxy(t, strategy)
+			f(t, addr)
+		})
+	}
 }
 
 // clientCounter has workers increment a shared counter iter times each,

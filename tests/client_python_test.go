@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
 // clientPython runs a python script from tests/python with Debian's
@@ -30,4 +31,10 @@ func TestRedisPyLock(t *testing.T) {
 		addr, _ := testsrv.StartQuorumProxy(t, 3)
 		clientPython(t, "redis_py_lock.py", addr)
 	})
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		t.Run("pg-"+strategy, func(t *testing.T) {
+			addr, _ := testsrv.StartPostgresProxy(t, strategy)
+			clientPython(t, "redis_py_lock.py", addr)
+		})
+	}
 }
