@@ -48,7 +48,7 @@ const heldByRowHolder = `EXISTS (SELECT 1 FROM pg_locks p WHERE p.locktype = 'ad
 func newAdvisory(ctx context.Context, b *Backend) (*advisory, error) {
 	a := &advisory{b: b}
 	for i := range b.cfg.Holders {
-		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), queue: make(chan *query)})
+		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), queue: make(chan *query), check: make(chan struct{}, 1)})
 	}
 	r, err := newRouter(ctx, a)
 	if err != nil {
@@ -387,8 +387,10 @@ func (a *advisory) readTable(ctx context.Context, k dbKey) (state, string, error
 	var tok []byte
 	var exp *int64
 	var holder string
-	err := a.b.pool.QueryRow(ctx, `SELECT l.token, l.deadline_ms, l.holder FROM `+a.b.table+` l
-		WHERE l.db = $1 AND l.key = $2 AND `+heldByRowHolder, k.db, []byte(k.key)).Scan(&tok, &exp, &holder)
+	err := retryRead(ctx, func() error {
+		return a.b.pool.QueryRow(ctx, `SELECT l.token, l.deadline_ms, l.holder FROM `+a.b.table+` l
+			WHERE l.db = $1 AND l.key = $2 AND `+heldByRowHolder, k.db, []byte(k.key)).Scan(&tok, &exp, &holder)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return state{}, "", nil
 	}

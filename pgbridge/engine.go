@@ -44,9 +44,17 @@ func (b *Backend) write(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.KeySpace) error) ([]dbKey, error) {
 	unlock := b.lockStripes(keys)
 	defer unlock()
-	t, err := b.store.prepare(ctx, keys)
-	if err != nil {
+	var t tx
+	err := retryRead(ctx, func() (err error) { // nothing is committed before the commit
+		t, err = b.store.prepare(ctx, keys)
+		return err
+	})
+	var h *heldError
+	if errors.As(err, &h) {
 		return nil, err
+	}
+	if err != nil {
+		return nil, tryAgain(err)
 	}
 	before := t.before()
 	after := make(map[dbKey]state, len(keys))

@@ -25,6 +25,7 @@ type holder struct {
 	idx   int
 	name  string // holder column value: instance/idx
 	queue chan *query
+	check chan struct{} // a nudge to ping now: another holder's session was lost
 	gen   atomic.Uint64 // the session's generation; 0 while down
 	lost  atomic.Int64  // sessions lost
 }
@@ -88,6 +89,12 @@ func (h *holder) run() {
 		}
 		h.lost.Add(1)
 		b.log.Warn("pgbridge: holder connection lost; its locks were released", "holder", h.idx, "err", err)
+		for _, o := range h.a.holders { // PostgreSQL may have restarted: every session may be gone
+			select {
+			case o.check <- struct{}{}:
+			default:
+			}
+		}
 		h.a.sweep()
 	}
 	h.failQueued(errors.New("pgbridge: closed"), 0)
@@ -159,11 +166,13 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 		select {
 		case q := <-h.queue:
 			batch = append(batch, q)
+		case <-h.check:
+			if err := h.ping(conn); err != nil {
+				return err
+			}
+			continue
 		case <-ping.C:
-			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.OpTimeout)
-			_, err := conn.Exec(ctx, "SELECT 1")
-			cancel()
-			if err != nil {
+			if err := h.ping(conn); err != nil {
 				return err
 			}
 			continue
@@ -183,6 +192,13 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 			return err
 		}
 	}
+}
+
+func (h *holder) ping(conn *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(context.Background(), h.a.b.cfg.OpTimeout)
+	defer cancel()
+	_, err := conn.Exec(ctx, "SELECT 1")
+	return err
 }
 
 // runBatch sends batch in one pipeline. On any error every statement of

@@ -233,15 +233,19 @@ func (b *Backend) dbSize(ctx context.Context, db int, except [][]byte) (int64, e
 		except = [][]byte{}
 	}
 	var n int64
-	var err error
+	err := retryRead(ctx, func() error { return b.countLive(ctx, db, except, &n) })
+	return n, err
+}
+
+func (b *Backend) countLive(ctx context.Context, db int, except [][]byte, n *int64) (err error) {
 	if b.cfg.Strategy == Advisory {
 		err = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` l WHERE l.db = $1 AND NOT (l.key = ANY($3))
-			AND (l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder, db, nowMS(), except).Scan(&n)
+			AND (l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder, db, nowMS(), except).Scan(n)
 	} else {
 		err = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE db = $1 AND NOT (key = ANY($2))
-			AND (deadline_ms IS NULL OR deadline_ms > `+pgNowMS+`)`, db, except).Scan(&n)
+			AND (deadline_ms IS NULL OR deadline_ms > `+pgNowMS+`)`, db, except).Scan(n)
 	}
-	return n, err
+	return err
 }
 
 // Eval implements backend.Backend: the script runs on the scratch model

@@ -167,9 +167,11 @@ func (t *leaseTx) discard() {
 func (s *leaseStore) read(ctx context.Context, k dbKey) (state, error) {
 	var tok []byte
 	var left *int64
-	err := s.b.pool.QueryRow(ctx, `SELECT token, deadline_ms - `+pgNowMS+`
-		FROM `+s.b.table+` WHERE db = $1 AND key = $2 AND (deadline_ms IS NULL OR deadline_ms > `+pgNowMS+`)`,
-		k.db, []byte(k.key)).Scan(&tok, &left)
+	err := retryRead(ctx, func() error {
+		return s.b.pool.QueryRow(ctx, `SELECT token, deadline_ms - `+pgNowMS+`
+			FROM `+s.b.table+` WHERE db = $1 AND key = $2 AND (deadline_ms IS NULL OR deadline_ms > `+pgNowMS+`)`,
+			k.db, []byte(k.key)).Scan(&tok, &left)
+	})
 	local := nowMS()
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

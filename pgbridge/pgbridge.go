@@ -344,6 +344,33 @@ func tryAgain(err error) error {
 	return &backend.ReplyError{Reply: "TRYAGAIN postgres: " + oneLine(err.Error()), Err: err}
 }
 
+// retryRead runs f again after a connection failure, up to three times:
+// for reads and for work that commits nothing. After PostgreSQL restarts,
+// the pool hands out its dead connections one by one.
+func retryRead(ctx context.Context, f func() error) error {
+	var err error
+	for range 3 {
+		if err = f(); err == nil || !connError(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// connError reports whether err is a failure of the connection rather
+// than an answer of PostgreSQL.
+func connError(err error) bool {
+	var pe *pgconn.PgError
+	var he *heldError
+	switch {
+	case errors.As(err, &pe):
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")
+	case errors.As(err, &he), errors.Is(err, pgx.ErrNoRows):
+		return false
+	}
+	return true
+}
+
 func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
 
 // deadlineParam converts a deadline (Unix ms, 0 for none) to the

@@ -1,0 +1,359 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/pgbridge"
+	"github.com/lockproxy/lockproxy/proxy"
+)
+
+// releaseScript is redis-py's and redsync's release: delete if the token
+// matches.
+const releaseScript = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`
+
+// extendScript extends if the token matches.
+const extendScript = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end`
+
+func pgClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func pgConn(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// startPostgresProxyOn serves another lockproxy instance on the database
+// of dsn.
+func startPostgresProxyOn(t *testing.T, dsn, strategy string) string {
+	t.Helper()
+	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn, Strategy: strategy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testsrv.StartLockproxy(t, proxy.Config{BackendName: "postgres"}, b)
+}
+
+// TestPostgresSQLInterop: a lock held from SQL with
+// pg_advisory_lock(hashtextextended(key, 0)) makes SET NX answer nil, in
+// both strategies; a lock taken through lockproxy (advisory) makes
+// pg_try_advisory_lock from SQL fail, and its lease row is readable.
+func TestPostgresSQLInterop(t *testing.T) {
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		t.Run(strategy, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			addr, dsn := testsrv.StartPostgresProxy(t, strategy)
+			c := pgClient(t, addr)
+			sql := pgConn(t, dsn)
+			if _, err := sql.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended('sql:held', 0))`); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetArgs(ctx, "sql:held", "tok", redis.SetArgs{Mode: "NX", TTL: 10 * time.Second}).Err(); !errors.Is(err, redis.Nil) {
+				t.Fatalf("SET NX of a key locked from SQL = %v; want nil", err)
+			}
+			if _, err := sql.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('sql:held', 0))`); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetArgs(ctx, "sql:held", "tok", redis.SetArgs{Mode: "NX", TTL: 10 * time.Second}).Err(); err != nil {
+				t.Fatalf("SET NX once SQL unlocked = %v; want OK", err)
+			}
+			var tok []byte
+			var left int64
+			if err := sql.QueryRow(ctx, `SELECT token, (extract(epoch from expires_at - now()) * 1000)::bigint FROM lockproxy.leases
+				WHERE db = 0 AND key = 'sql:held'`).Scan(&tok, &left); err != nil || string(tok) != "tok" || left <= 0 || left > 10000 {
+				t.Fatalf("lease row = %q, %d ms left, %v", tok, left, err)
+			}
+			if strategy != pgbridge.Advisory {
+				return // the lease strategy holds no session lock between operations
+			}
+			var got bool
+			if err := sql.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('sql:held', 0))`).Scan(&got); err != nil || got {
+				t.Fatalf("pg_try_advisory_lock of a key lockproxy holds = %v, %v; want false", got, err)
+			}
+			if n, err := c.Eval(ctx, releaseScript, []string{"sql:held"}, "tok").Int(); n != 1 || err != nil {
+				t.Fatalf("release = %d, %v", n, err)
+			}
+			if err := sql.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('sql:held', 0))`).Scan(&got); err != nil || !got {
+				t.Fatalf("pg_try_advisory_lock after the release = %v, %v; want true", got, err)
+			}
+		})
+	}
+}
+
+// TestPostgresTwoInstances: two lockproxy instances on one database
+// exclude each other, read each other's locks, release and extend each
+// other's locks (advisory: routed to the holder), and see TTLs end.
+func TestPostgresTwoInstances(t *testing.T) {
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		t.Run(strategy, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			addrA, dsn := testsrv.StartPostgresProxy(t, strategy)
+			a, b := pgClient(t, addrA), pgClient(t, startPostgresProxyOn(t, dsn, strategy))
+			if err := a.SetArgs(ctx, "two:k", "tA", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.SetArgs(ctx, "two:k", "tB", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err(); !errors.Is(err, redis.Nil) {
+				t.Fatalf("B: SET NX of A's lock = %v; want nil", err)
+			}
+			if v, err := b.Get(ctx, "two:k").Result(); v != "tA" || err != nil {
+				t.Fatalf("B: GET = %q, %v; want tA", v, err)
+			}
+			if ms, err := b.PTTL(ctx, "two:k").Result(); err != nil || ms <= 0 || ms > 30*time.Second {
+				t.Fatalf("B: PTTL = %v, %v", ms, err)
+			}
+			if n, err := b.Eval(ctx, releaseScript, []string{"two:k"}, "wrong").Int(); n != 0 || err != nil {
+				t.Fatalf("B: release with a wrong token = %d, %v; want 0", n, err)
+			}
+			if n, err := b.Eval(ctx, extendScript, []string{"two:k"}, "tA", "60000").Int(); n != 1 || err != nil {
+				t.Fatalf("B: extend of A's lock = %d, %v; want 1", n, err)
+			}
+			if ms, err := a.PTTL(ctx, "two:k").Result(); err != nil || ms <= 30*time.Second {
+				t.Fatalf("A: PTTL after B's extend = %v, %v; want > 30s", ms, err)
+			}
+			if n, err := b.Eval(ctx, releaseScript, []string{"two:k"}, "tA").Int(); n != 1 || err != nil {
+				t.Fatalf("B: release of A's lock = %d, %v; want 1", n, err)
+			}
+			if err := b.SetArgs(ctx, "two:k", "tB", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err(); err != nil {
+				t.Fatalf("B: SET NX after the release = %v; want OK", err)
+			}
+			if n, err := a.Del(ctx, "two:k").Result(); n != 1 || err != nil {
+				t.Fatalf("A: DEL of B's lock = %d, %v; want 1", n, err)
+			}
+
+			// TTL expiry: A's short lock ends and B can take it.
+			if err := a.SetArgs(ctx, "two:ttl", "tA", redis.SetArgs{Mode: "NX", TTL: 200 * time.Millisecond}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				err := b.SetArgs(ctx, "two:ttl", "tB", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err()
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, redis.Nil) || time.Now().After(deadline) {
+					t.Fatalf("B: SET NX after A's TTL = %v", err)
+				}
+				time.Sleep(20 * time.Millisecond) // polling for A's expiry
+			}
+			clientCounterAcross(t, []*redis.Client{a, b})
+		})
+	}
+}
+
+// clientCounterAcross runs the shared-counter exclusion check with workers
+// spread over several instances.
+func clientCounterAcross(t *testing.T, cs []*redis.Client) {
+	t.Helper()
+	ctx := t.Context()
+	clientCounter(t, 8, 20, func(w int) (func() error, error) {
+		c := cs[w%len(cs)]
+		tok := "w" + strconv.Itoa(w) + "-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+		for {
+			err := c.SetArgs(ctx, "two:counter", tok, redis.SetArgs{Mode: "NX", TTL: 10 * time.Second}).Err()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, redis.Nil) {
+				return nil, err
+			}
+			time.Sleep(time.Millisecond) // contended: retry as lock clients do
+		}
+		return func() error {
+			n, err := c.Eval(ctx, releaseScript, []string{"two:counter"}, tok).Int()
+			if err == nil && n != 1 {
+				err = errors.New("release answered 0")
+			}
+			return err
+		}, nil
+	})
+}
+
+// TestPostgresInstanceKilled: a lockproxy process killed with SIGKILL
+// loses its advisory locks at once (its sessions end), while its lease
+// strategy locks stay until their TTL.
+func TestPostgresInstanceKilled(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "lockproxy")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/lockproxy").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		t.Run(strategy, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			other, dsn := testsrv.StartPostgresProxy(t, strategy)
+			addr := "127.0.0.1:" + strconv.Itoa(testsrv.FreePort(t))
+			cmd := exec.Command(bin, "--backend", "postgres", "--postgres-dsn", dsn, "--postgres-strategy", strategy,
+				"--listen", addr, "--admin-listen", "")
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			victim := pgClient(t, addr)
+			deadline := time.Now().Add(15 * time.Second)
+			for victim.Ping(ctx).Err() != nil {
+				if time.Now().After(deadline) {
+					t.Fatal("the lockproxy process did not start")
+				}
+				time.Sleep(20 * time.Millisecond) // polling for the listener
+			}
+			if err := victim.SetArgs(ctx, "kill:k", "victim", redis.SetArgs{Mode: "NX", TTL: 3 * time.Second}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			cmd.Process.Kill()
+			cmd.Wait()
+			start := time.Now()
+			c := pgClient(t, other)
+			for {
+				err := c.SetArgs(ctx, "kill:k", "other", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err()
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, redis.Nil) || time.Since(start) > 20*time.Second {
+					t.Fatalf("SET NX after the holder was killed = %v", err)
+				}
+				time.Sleep(20 * time.Millisecond) // polling
+			}
+			took := time.Since(start)
+			if strategy == pgbridge.Lease && took < 2*time.Second {
+				t.Fatalf("lease strategy: the killed instance's lock ended after %v, before its 3s TTL", took)
+			}
+			t.Logf("%s: the lock was free again %v after the kill", strategy, took.Round(time.Millisecond))
+		})
+	}
+}
+
+// TestPostgresHolderTerminated: pg_terminate_backend on the holder
+// sessions releases their locks; the proxy notices, forgets those locks
+// (a release then answers 0, never 1), reconnects, and serves again.
+func TestPostgresHolderTerminated(t *testing.T) {
+	ctx := t.Context()
+	addr, dsn := testsrv.StartPostgresProxy(t, pgbridge.Advisory)
+	c := pgClient(t, addr)
+	sql := pgConn(t, dsn)
+	if err := c.SetArgs(ctx, "term:k", "tok", redis.SetArgs{Mode: "NX", TTL: 60 * time.Second}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := sql.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name LIKE 'lockproxy holder %'`).Scan(&n); err != nil || n == 0 {
+		t.Fatalf("terminated %d holder sessions: %v", n, err)
+	}
+	// The lock is free in PostgreSQL once the session has exited
+	// (pg_terminate_backend only signals it).
+	var got bool
+	for end := time.Now().Add(10 * time.Second); !got; {
+		if err := sql.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('term:k', 0))`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if !got && time.Now().After(end) {
+			t.Fatal("pg_try_advisory_lock still fails 10s after the holder sessions were terminated")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the session's exit
+	}
+	if _, err := sql.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('term:k', 0))`); err != nil {
+		t.Fatal(err)
+	}
+	// The proxy never claims the lost lock: the release answers 0 or an
+	// error while it reconnects, and once it serves again, 0.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n, err := c.Eval(ctx, releaseScript, []string{"term:k"}, "tok").Int()
+		if err == nil && n == 1 {
+			t.Fatal("release of a lock whose holder session was terminated answered 1")
+		}
+		if err == nil {
+			break
+		}
+		if !strings.HasPrefix(err.Error(), "TRYAGAIN") || time.Now().After(deadline) {
+			t.Fatalf("release after the holder was terminated = %d, %v", n, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling for the reconnect
+	}
+	for {
+		err := c.SetArgs(ctx, "term:k", "tok2", redis.SetArgs{Mode: "NX", TTL: 60 * time.Second}).Err()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("SET NX after the reconnect = %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling for the reconnect
+	}
+}
+
+// TestPostgresRestart: PostgreSQL restarted under a running proxy gives
+// TRYAGAIN errors (never a false OK) while it is down, and the proxy
+// reconnects by itself.
+func TestPostgresRestart(t *testing.T) {
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		t.Run(strategy, func(t *testing.T) {
+			pg := testsrv.StartPostgres(t)
+			dsn := pg.NewDatabase(t)
+			c := pgClient(t, startPostgresProxyOn(t, dsn, strategy))
+			ctx := t.Context()
+			if err := c.SetArgs(ctx, "restart:before", "tok", redis.SetArgs{Mode: "NX", TTL: 60 * time.Second}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			pg.Kill()
+			if err := c.SetArgs(ctx, "restart:down", "tok", redis.SetArgs{Mode: "NX", TTL: 60 * time.Second}).Err(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+				t.Fatalf("SET NX while PostgreSQL is down = %v; want TRYAGAIN", err)
+			}
+			if err := pg.Start(); err != nil {
+				t.Fatal(err)
+			}
+			restarted := time.Now()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				err := c.SetArgs(ctx, "restart:after", "tok", redis.SetArgs{Mode: "NX", TTL: 60 * time.Second}).Err()
+				if err == nil {
+					break
+				}
+				if !strings.HasPrefix(err.Error(), "TRYAGAIN") || time.Now().After(deadline) {
+					t.Fatalf("SET NX after PostgreSQL came back = %v", err)
+				}
+				time.Sleep(100 * time.Millisecond) // polling for the reconnect
+			}
+			// The advisory strategy's locks died with PostgreSQL's sessions;
+			// the lease strategy's are in its logged table. (fsync is off in
+			// the test cluster, so this is not a test of durability.)
+			// An advisory instance learns that a session is gone from its
+			// next statement or ping (each holder pings when idle, and all
+			// of them as soon as one is found lost), so a GET may answer
+			// from the lost lease for about a second; never longer.
+			v, err := c.Get(ctx, "restart:before").Result()
+			for strategy == pgbridge.Advisory && err == nil && time.Since(restarted) < 5*time.Second {
+				time.Sleep(50 * time.Millisecond) // polling for the holders to notice
+				v, err = c.Get(ctx, "restart:before").Result()
+			}
+			switch {
+			case strategy == pgbridge.Advisory && !errors.Is(err, redis.Nil):
+				t.Fatalf("advisory: GET of a lock from before the crash = %q, %v; want nil", v, err)
+			case strategy == pgbridge.Lease && (v != "tok" || err != nil):
+				t.Fatalf("lease: GET of a lock from before the restart = %q, %v; want tok", v, err)
+			}
+		})
+	}
+}
