@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	var c config
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:6380", "address to measure")
-	fs.StringVar(&c.compare, "compare", "", "a second address to measure right after, e.g. a real redis-server")
+	fs.StringVar(&c.compare, "compare", "", "a second address to measure right after: a real redis-server, redsync:N1,N2,N3 (client-side Redlock), pgx:DSN (raw advisory-lock loop) or pgx-lease:DSN (raw lease-table loop)")
 	fs.StringVar(&c.password, "password", "", "AUTH password")
 	fs.IntVar(&c.clients, "clients", 50, "concurrent clients, one connection each")
 	fs.IntVar(&c.keys, "keys", 0, "distinct lock keys shared by all clients (0: one key per client, no contention)")
@@ -120,6 +120,9 @@ func print(out io.Writer, asJSON bool, r Result) {
 }
 
 func measure(ctx context.Context, c config, addr string) (Result, error) {
+	if strings.HasPrefix(addr, "pgx:") || strings.HasPrefix(addr, "pgx-lease:") {
+		return measurePgx(ctx, c, addr)
+	}
 	if nodes, ok := strings.CutPrefix(addr, "redsync:"); ok {
 		return measureRedsync(ctx, c, addr, strings.Split(nodes, ","))
 	}
