@@ -2,7 +2,8 @@
 # test.sh runs lockproxy's whole test suite on a Debian machine with Go.
 # It installs what the tests need when it is missing (redis-server,
 # redis-cli/redis-benchmark, python3-redis, node and the node client
-# libraries from tests/node/package-lock.json), then vets and runs every test
+# libraries from tests/node/package-lock.json, PostgreSQL's server
+# binaries), then vets and runs every test
 # with the race detector. The tests start their own servers on free
 # loopback ports; a Redis or PostgreSQL already running is left alone.
 set -euo pipefail
@@ -13,12 +14,22 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null || missing+=(redis-tools)
 /usr/bin/python3 -c 'import redis' 2>/dev/null || missing+=(python3-redis)
 { command -v node && command -v npm; } >/dev/null || missing+=(nodejs npm)
+# PostgreSQL's server binaries (initdb, postgres): the tests start a
+# throwaway cluster of their own, or use LOCKPROXY_TEST_PG_DSN.
+if [ -z "${LOCKPROXY_TEST_PG_DSN:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+	missing+=(postgresql)
+fi
 if ((${#missing[@]})); then
 	echo "test.sh: installing ${missing[*]}"
 	sudo=""
 	[ "$(id -u)" = 0 ] || sudo=sudo
+	if [[ " ${missing[*]} " == *" postgresql "* ]] && [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+		# Install the binaries only: no cluster of Debian's on port 5432.
+		$sudo mkdir -p /etc/postgresql-common
+		echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.conf >/dev/null
+	fi
 	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -o Dpkg::Options::=--force-confold "${missing[@]}" >/dev/null
 fi
 if [ -f tests/node/package-lock.json ] && { [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/node/node_modules ]; }; then
 	(cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
