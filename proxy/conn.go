@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -52,7 +53,10 @@ func newClient(s *Server, conn redcon.Conn) *client {
 // wake makes an idle connection's read return, so a draining server can
 // close it once its last batch is answered.
 func (cl *client) wake() {
-	if nc := cl.conn.NetConn(); nc != nil {
+	switch nc := cl.conn.NetConn().(type) {
+	case *limitConn:
+		nc.wake()
+	case net.Conn:
 		nc.SetReadDeadline(time.Now())
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"sync/atomic"
+	"time"
 )
 
 // Redis's own request limits that lockproxy applies as Redis does
@@ -43,12 +45,25 @@ var errLimit = errors.New("proxy: request over a limit")
 // it has run every complete command it holds and flushed their replies,
 // and the check then runs again, now first in its read.
 //
-// Only the connection's own goroutine uses a limitConn.
+// It also applies the idle timeout: each read from the network gets a
+// deadline of idle from now (redcon's own SetIdleClose would overwrite the
+// deadline wake sets to drain the connection).
+//
+// Only the connection's own goroutine uses a limitConn, except wake.
 type limitConn struct {
 	net.Conn
 	f      framing
-	authed func() bool // nil: no password is required
-	held   []byte      // read from Conn, not yet handed to redcon
+	authed func() bool   // nil: no password is required
+	held   []byte        // read from Conn, not yet handed to redcon
+	idle   time.Duration // 0: never close an idle connection
+	woken  atomic.Bool   // wake was called: no later read may wait
+}
+
+// wake makes the connection's pending or next network read return at
+// once, so a draining server can close it after its last batch.
+func (c *limitConn) wake() {
+	c.woken.Store(true)
+	c.Conn.SetReadDeadline(time.Now())
 }
 
 func newLimitConn(c net.Conn, max int64) *limitConn {
@@ -64,6 +79,12 @@ func (c *limitConn) Read(p []byte) (int, error) {
 		n = copy(p, c.held)
 		c.held = c.held[n:]
 	} else {
+		if c.idle > 0 {
+			c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+			if c.woken.Load() { // wake ran before the line above: its deadline must win
+				c.Conn.SetReadDeadline(time.Now())
+			}
+		}
 		var err error
 		if n, err = c.Conn.Read(p); n == 0 {
 			return 0, err

@@ -32,6 +32,10 @@ type Config struct {
 	MaxScriptCacheBytes int
 	// CommandTimeout bounds one command, backend work included. default: 10s
 	CommandTimeout time.Duration
+	// IdleTimeout closes a connection that has sent nothing for this long,
+	// as Redis's "timeout" does; the clock restarts at every read, so a
+	// command that runs long never counts as idle. default: 0, never
+	IdleTimeout time.Duration
 	// BackendName is reported by INFO. default: "memory"
 	BackendName string
 	// Logger receives errors and, at debug level, per-command lines.
@@ -113,7 +117,7 @@ func New(cfg Config, b backend.Backend) *Server {
 
 // Serve accepts clients on ln until Shutdown, then returns nil.
 func (s *Server) Serve(ln net.Listener) error {
-	dl := &drainListener{Listener: ln, done: make(chan struct{}), max: s.cfg.MaxRequestBytes}
+	dl := &drainListener{Listener: ln, done: make(chan struct{}), max: s.cfg.MaxRequestBytes, idle: s.cfg.IdleTimeout}
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()
@@ -223,6 +227,7 @@ func (s *Server) clientCount() int {
 type drainListener struct {
 	net.Listener
 	max  int64
+	idle time.Duration
 	done chan struct{}
 	once sync.Once
 }
@@ -233,7 +238,9 @@ func (l *drainListener) Accept() (net.Conn, error) {
 		<-l.done
 		return nil, net.ErrClosed
 	}
-	return newLimitConn(c, l.max), nil
+	lc := newLimitConn(c, l.max)
+	lc.idle = l.idle
+	return lc, nil
 }
 
 func (l *drainListener) release() { l.once.Do(func() { close(l.done) }) }

@@ -34,6 +34,7 @@ type Config struct {
 	MaxScriptBytes   int    `yaml:"max-script-bytes"`
 	ShutdownTimeout  string `yaml:"shutdown-timeout"`
 	ScriptTimeLimit  string `yaml:"script-time-limit"`
+	IdleTimeout      string `yaml:"idle-timeout"`
 }
 
 func defaults() Config {
@@ -41,7 +42,7 @@ func defaults() Config {
 		Listen: "127.0.0.1:6380", Backend: "memory", PostgresStrategy: "advisory", PostgresSchema: "lockproxy",
 		AdminListen: "127.0.0.1:9121", LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
-		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms",
+		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms", IdleTimeout: "0s",
 	}
 }
 
@@ -176,6 +177,9 @@ func (c Config) validate() []string {
 		if d, err := parseDuration(v); err != nil || d <= 0 {
 			add(key, fmt.Sprintf("%q is not a positive duration", v), "e.g. 10s or 500ms")
 		}
+	}
+	if d, err := parseDuration(c.IdleTimeout); err != nil || d < 0 {
+		add("idle-timeout", fmt.Sprintf("%q is not a duration of 0 or more", c.IdleTimeout), "e.g. 300s, or 0 to never close idle clients")
 	}
 	return probs
 }

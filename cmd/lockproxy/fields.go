@@ -47,6 +47,7 @@ func fields(c *Config) []field {
 		integer("max-script-bytes", "maximum bytes of one script", &c.MaxScriptBytes),
 		str("shutdown-timeout", "how long SIGTERM waits for in-flight commands", &c.ShutdownTimeout),
 		str("script-time-limit", "how long one script may run", &c.ScriptTimeLimit),
+		str("idle-timeout", "close a client connection idle this long; 0 never", &c.IdleTimeout),
 	}
 }
 

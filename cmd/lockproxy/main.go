@@ -67,6 +67,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	log := newLogger(cfg, stderr)
 	scriptLimit, _ := parseDuration(cfg.ScriptTimeLimit)
 	drain, _ := parseDuration(cfg.ShutdownTimeout)
+	idle, _ := parseDuration(cfg.IdleTimeout)
 
 	b, warnings, err := newBackend(cfg, scriptLimit, log)
 	if err != nil {
@@ -82,7 +83,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := proxy.New(proxy.Config{
 		RequirePass: cfg.RequirePass, MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
-		MaxScriptBytes: cfg.MaxScriptBytes, BackendName: cfg.Backend, Logger: log, Registerer: reg,
+		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, BackendName: cfg.Backend, Logger: log, Registerer: reg,
 	}, b)
 	if cfg.AdminListen != "" {
 		admin, err := net.Listen("tcp", cfg.AdminListen)
