@@ -115,31 +115,15 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 		a.drop(st, k, e)
 	}
 	h := a.holderOf(k)
-	var got bool
-	var id int64
-	q := &query{sql: `WITH l AS (SELECT pg_try_advisory_lock(hashtextextended($3::text, $1::int::bigint)) AS ok, hashtextextended($3::text, $1::int::bigint) AS id)
-		INSERT INTO ` + a.b.table + ` (db, key, lock_id, token, deadline_ms, holder, holder_pid)
-		SELECT $1::int, $2, l.id, $4, $5, $6, pg_backend_pid() FROM l WHERE l.ok
-		ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
-			deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
-		RETURNING lock_id`,
-		args: []any{k.db, []byte(k.key), hashText(k.key), append(make([]byte, 0, len(token)), token...), deadlineParam(deadline), h.name},
-		scan: func(r pgx.Row) error {
-			err := r.Scan(&id)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			got = err == nil
-			return err
-		}}
+	q := &query{kind: qAcquire, k: k, token: token, dl: deadline}
 	h.submit(q)
 	if err := do(q); err != nil {
 		return backend.SetResult{}, true, tryAgain(err)
 	}
-	if !got {
+	if !q.ok {
 		return backend.SetResult{}, true, nil
 	}
-	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: id, h: h, gen: q.gen, row: true}
+	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen, row: true}
 	st.owned[k] = e
 	a.arm(k, e)
 	return backend.SetResult{Written: true}, true, nil
@@ -224,7 +208,7 @@ func (t *advTx) rollback() {
 		if e == nil || !e.valid() {
 			continue
 		}
-		q := &query{sql: `SELECT pg_advisory_unlock($1)`, args: []any{e.lockID}, want: e.gen, scan: scanUnlock}
+		q := &query{kind: qRelease, k: k, id: e.lockID, want: e.gen}
 		e.h.submit(q)
 		qs = append(qs, q)
 	}
@@ -261,11 +245,8 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 		s := after[k]
 		var q *query
 		switch {
-		case !s.present && !e.row:
-			q = &query{sql: `SELECT pg_advisory_unlock($1)`, args: []any{e.lockID}, scan: scanUnlock}
 		case !s.present:
-			q = &query{sql: `WITH d AS (DELETE FROM ` + b.table + ` WHERE db = $1 AND key = $2 AND holder_pid = pg_backend_pid())
-				SELECT pg_advisory_unlock($3)`, args: []any{k.db, []byte(k.key), e.lockID}, scan: scanUnlock}
+			q = &query{kind: qRelease, k: k, id: e.lockID}
 		case !e.row:
 			q = &query{sql: `INSERT INTO ` + b.table + ` (db, key, lock_id, token, deadline_ms, holder, holder_pid)
 				VALUES ($1, $2, $3, $4, $5, $6, pg_backend_pid())
@@ -346,8 +327,7 @@ func (a *advisory) expire(k dbKey, e *held) {
 		a.arm(k, e) // extended meanwhile
 		return
 	}
-	q := &query{sql: `WITH d AS (DELETE FROM ` + a.b.table + ` WHERE db = $1 AND key = $2 AND holder_pid = pg_backend_pid())
-		SELECT pg_advisory_unlock($3)`, args: []any{k.db, []byte(k.key), e.lockID}, want: e.gen, scan: scanUnlock}
+	q := &query{kind: qRelease, k: k, id: e.lockID, want: e.gen}
 	e.h.submit(q)
 	do(q) // on failure the session ended, and the lock with it
 	a.drop(st, k, e)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"time"
 
+	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
@@ -60,7 +62,7 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 	after := make(map[dbKey]state, len(keys))
 	var opErr error
 	var missing []dbKey
-	b.mem.Atomic(func(ks backend.KeySpace, now time.Time) error {
+	b.scratchFor(keys).Atomic(func(ks backend.KeySpace, now time.Time) error {
 		defer purge(ctx, ks, keys)
 		load(ctx, ks, before, now)
 		rec := &recorder{ks: ks, b: b, prepared: before}
@@ -81,6 +83,16 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 		return nil, tryAgain(err)
 	}
 	return nil, opErr
+}
+
+// scratchFor picks the scratch model of an operation over keys: any one
+// serves, since a model holds only the keys of the operations running on
+// it, and keys are never in two operations at once (their stripes).
+func (b *Backend) scratchFor(keys []dbKey) *memory.Backend {
+	if len(keys) == 0 {
+		return b.scratch[0]
+	}
+	return b.scratch[maphash.String(b.seed, keys[0].key)%numScratch]
 }
 
 // load writes states into the scratch model.

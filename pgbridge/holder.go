@@ -30,17 +30,33 @@ type holder struct {
 	lost  atomic.Int64  // sessions lost
 }
 
-// query is one statement for a holder. scan reads its single row; a nil
-// scan executes it for its effect.
+// query is one statement for a holder: an acquire or a release, which
+// the holder merges with the others of its batch into one statement each,
+// or any other statement (sql, args; scan reads its single row, a nil scan
+// executes it for its effect).
 type query struct {
-	sql  string
-	args []any
-	scan func(pgx.Row) error
-	want uint64 // the generation it is for (0: any)
-	gen  uint64 // the generation it ran under
-	err  error
-	done chan struct{}
+	kind  qkind
+	k     dbKey
+	token []byte // acquire
+	dl    int64  // acquire: deadline, Unix ms, 0 for none
+	id    int64  // release: the lock id; acquire: the id it locked
+	ok    bool   // acquire: locked and row written
+	sql   string
+	args  []any
+	scan  func(pgx.Row) error
+	want  uint64 // the generation it is for (0: any)
+	gen   uint64 // the generation it ran under
+	err   error
+	done  chan struct{}
 }
+
+type qkind uint8
+
+const (
+	qStmt    qkind = iota
+	qAcquire       // pg_try_advisory_lock of the key and, if taken, its lease row
+	qRelease       // delete the key's lease row (if any) and pg_advisory_unlock
+)
 
 var errHolderDown = errors.New("holder connection to PostgreSQL is down")
 
@@ -194,6 +210,86 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 	}
 }
 
+// releaseSQL deletes the lease rows of a batch's releases and unlocks
+// their locks, answering (ordinality, unlocked, id) per release.
+func (h *holder) releaseSQL() string {
+	return `WITH r AS (SELECT * FROM unnest($1::int[], $2::bytea[], $3::bigint[]) WITH ORDINALITY AS u(db, key, id, ord)),
+		d AS (DELETE FROM ` + h.a.b.table + ` t USING r WHERE t.db = r.db AND t.key = r.key AND t.holder_pid = pg_backend_pid())
+		SELECT ord, pg_advisory_unlock(id), id FROM r ORDER BY ord`
+}
+
+func releaseArgs(qs []*query) []any {
+	dbs, keys, ids := make([]int32, len(qs)), make([][]byte, len(qs)), make([]int64, len(qs))
+	for i, q := range qs {
+		dbs[i], keys[i], ids[i] = int32(q.k.db), []byte(q.k.key), q.id
+	}
+	return []any{dbs, keys, ids}
+}
+
+// acquireSQL tries the lock of each of a batch's acquires and writes the
+// lease rows of those it took, answering (ordinality, taken, lock id).
+// pg_try_advisory_lock is volatile, so the MATERIALIZED step runs it
+// exactly once per row.
+func (h *holder) acquireSQL() string {
+	return `WITH l AS MATERIALIZED (
+			SELECT u.*, pg_try_advisory_lock(hashtextextended(u.ht, u.db::bigint)) AS ok, hashtextextended(u.ht, u.db::bigint) AS id
+			FROM unnest($1::int[], $2::bytea[], $3::text[], $4::bytea[], $5::bigint[]) WITH ORDINALITY AS u(db, key, ht, token, deadline, ord)),
+		ins AS (INSERT INTO ` + h.a.b.table + ` (db, key, lock_id, token, deadline_ms, holder, holder_pid)
+			SELECT db, key, id, token, deadline, $6, pg_backend_pid() FROM l WHERE ok
+			ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
+				deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid)
+		SELECT ord, ok, id FROM l ORDER BY ord`
+}
+
+func (h *holder) acquireArgs(qs []*query) []any {
+	n := len(qs)
+	dbs, keys, hts, toks, dls := make([]int32, n), make([][]byte, n), make([]string, n), make([][]byte, n), make([]*int64, n)
+	for i, q := range qs {
+		dbs[i], keys[i], hts[i] = int32(q.k.db), []byte(q.k.key), hashText(q.k.key)
+		toks[i] = append(make([]byte, 0, len(q.token)), q.token...) // never nil: nil is NULL
+		if q.dl != 0 {
+			dls[i] = &q.dl
+		}
+	}
+	return []any{dbs, keys, hts, toks, dls, h.name}
+}
+
+// readRows reads a merged statement's rows (ordinality, ok, id) into its
+// queries.
+func readRows(br pgx.BatchResults, qs []*query, set func(q *query, ok bool, id int64) error) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var ord, id int64
+		var ok bool
+		if err := rows.Scan(&ord, &ok, &id); err != nil {
+			return err
+		}
+		if ord < 1 || int(ord) > len(qs) {
+			return fmt.Errorf("merged statement answered row %d of %d", ord, len(qs))
+		}
+		q := qs[ord-1]
+		q.err = set(q, ok, id)
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if seen != len(qs) {
+		return fmt.Errorf("merged statement answered %d rows for %d requests", seen, len(qs))
+	}
+	for _, q := range qs {
+		if q.err != nil {
+			return q.err
+		}
+	}
+	return nil
+}
+
 func (h *holder) ping(conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), h.a.b.cfg.OpTimeout)
 	defer cancel()
@@ -208,31 +304,68 @@ func (h *holder) ping(conn *pgx.Conn) error {
 func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 	var pb pgx.Batch
 	run := batch[:0:0]
+	var acq, rel, stmts []*query
 	for _, q := range batch {
 		if q.want != 0 && q.want != gen {
 			q.err = errLost
 			close(q.done)
 			continue
 		}
-		pb.Queue(q.sql, q.args...)
+		switch q.kind {
+		case qAcquire:
+			acq = append(acq, q)
+		case qRelease:
+			rel = append(rel, q)
+		default:
+			stmts = append(stmts, q)
+		}
 		run = append(run, q)
 	}
 	if len(run) == 0 {
 		return nil
 	}
+	// The statements of one batch are for different keys (an operation
+	// holds its keys' stripes until its statement is done), so their order
+	// does not matter.
+	if len(rel) > 0 {
+		pb.Queue(h.releaseSQL(), releaseArgs(rel)...)
+	}
+	if len(acq) > 0 {
+		pb.Queue(h.acquireSQL(), h.acquireArgs(acq)...)
+	}
+	for _, q := range stmts {
+		pb.Queue(q.sql, q.args...)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.a.b.cfg.OpTimeout)
 	defer cancel()
 	br := conn.SendBatch(ctx, &pb)
 	var first error
-	for _, q := range run {
+	note := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if len(rel) > 0 {
+		note(readRows(br, rel, func(q *query, ok bool, _ int64) error {
+			if !ok {
+				return errors.New("pg_advisory_unlock: the holder session did not hold the lock")
+			}
+			return nil
+		}))
+	}
+	if len(acq) > 0 {
+		note(readRows(br, acq, func(q *query, ok bool, id int64) error {
+			q.ok, q.id = ok, id
+			return nil
+		}))
+	}
+	for _, q := range stmts {
 		if q.scan != nil {
 			q.err = q.scan(br.QueryRow())
 		} else {
 			_, q.err = br.Exec()
 		}
-		if q.err != nil && first == nil {
-			first = q.err
-		}
+		note(q.err)
 	}
 	if err := br.Close(); err != nil && first == nil {
 		first = err

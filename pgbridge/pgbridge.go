@@ -60,9 +60,9 @@ type Config struct {
 type Backend struct {
 	cfg      Config
 	pool     *pgxpool.Pool
-	table    string // quoted schema.leases
-	instance string // random per process: this instance's name in lease rows and its NOTIFY channel
-	mem      *memory.Backend
+	table    string                      // quoted schema.leases
+	instance string                      // random per process: this instance's name in lease rows and its NOTIFY channel
+	scratch  [numScratch]*memory.Backend // where operations run; see engine.go
 	runner   *luascripts.Runner
 	log      *slog.Logger
 	seed     maphash.Seed
@@ -82,6 +82,11 @@ var (
 // numStripes is the number of per-key mutexes: operations on keys of one
 // stripe run one after another, across their PostgreSQL round trips.
 const numStripes = 4096
+
+// numScratch is the number of scratch models operations run on: an
+// operation takes its whole model for the moment it runs, so several
+// models let operations on different keys run at once.
+const numScratch = 16
 
 // stripe serialises the operations on its keys and, in the advisory
 // strategy, guards the leases this process holds for them.
@@ -179,11 +184,14 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	rand.Read(id)
 	b := &Backend{
 		cfg: cfg, pool: pool, table: cfg.Schema + ".leases", instance: hex.EncodeToString(id),
-		mem: memory.New(memory.Config{Runner: cfg.Runner, ReapInterval: time.Hour}), runner: cfg.Runner,
-		log: cfg.Logger, seed: maphash.MakeSeed(),
+		runner: cfg.Runner,
+		log:    cfg.Logger, seed: maphash.MakeSeed(),
 	}
 	for i := range b.stripes {
 		b.stripes[i].owned = make(map[dbKey]*held)
+	}
+	for i := range b.scratch {
+		b.scratch[i] = memory.New(memory.Config{Runner: cfg.Runner, ReapInterval: time.Hour})
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	if err := pool.Ping(ctx); err != nil {
@@ -263,7 +271,10 @@ func (b *Backend) Close(ctx context.Context) error {
 	b.store.close()
 	b.wg.Wait()
 	b.pool.Close()
-	return b.mem.Close(ctx)
+	for _, m := range b.scratch {
+		m.Close(ctx)
+	}
+	return nil
 }
 
 // Check reports whether PostgreSQL answers and, in the advisory strategy,
