@@ -1,7 +1,14 @@
 # lockproxy container: a static binary on a distroless base, run as non-root.
 # Build:  docker build -t lockproxy .
-# Run:    docker run -p 6380:6380 -p 9121:9121 lockproxy
-#         docker run -p 6380:6380 lockproxy --backend quorum --quorum-nodes r1:6379,r2:6379,r3:6379
+# Run:    docker run -e LOCKPROXY_REQUIREPASS=… -p 6380:6380 -p 9121:9121 lockproxy
+#         docker run -e LOCKPROXY_REQUIREPASS=… -p 6380:6380 lockproxy --backend quorum --quorum-nodes r1:6379,r2:6379,r3:6379
+#
+# Secure by default: the container listens on 0.0.0.0 and protected mode
+# stays on, so it refuses to start (exit 2, "protected-mode: listen
+# 0.0.0.0:6380 reaches beyond loopback and clients need no password …")
+# until clients must authenticate: LOCKPROXY_REQUIREPASS (or users in a
+# mounted config file). Serving without a password is an explicit choice:
+# -e LOCKPROXY_PROTECTED_MODE=no.
 # (No Docker engine exists on the CI machines: this file is checked by reading.)
 
 FROM golang:1.26-bookworm AS build
@@ -14,8 +21,9 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/lockproxy ./cmd/lo
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/lockproxy /lockproxy
 USER nonroot:nonroot
-# Inside a container the listeners must bind beyond loopback; set a
-# password (LOCKPROXY_REQUIREPASS) before exposing 6380 to a network.
+# Inside a container the listeners must bind beyond loopback (see above:
+# protected mode then requires a password). The admin port serves only
+# /metrics, /healthz and /readyz, with no secrets.
 ENV LOCKPROXY_LISTEN=0.0.0.0:6380 \
     LOCKPROXY_ADMIN_LISTEN=0.0.0.0:9121
 EXPOSE 6380 9121

@@ -27,6 +27,7 @@ type Config struct {
 	PostgresSchema   string `yaml:"postgres-schema"`
 	AdminListen      string `yaml:"admin-listen"`
 	RequirePass      string `yaml:"requirepass"`
+	ProtectedMode    bool   `yaml:"protected-mode"`
 	LogLevel         string `yaml:"log-level"`
 	LogFormat        string `yaml:"log-format"`
 	MaxClients       int    `yaml:"max-clients"`
@@ -40,7 +41,7 @@ type Config struct {
 func defaults() Config {
 	return Config{
 		Listen: "127.0.0.1:6380", Backend: "memory", PostgresStrategy: "advisory", PostgresSchema: "lockproxy",
-		AdminListen: "127.0.0.1:9121", LogLevel: "info", LogFormat: "text",
+		AdminListen: "127.0.0.1:9121", ProtectedMode: true, LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
 		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms", IdleTimeout: "0s",
 	}
@@ -123,6 +124,9 @@ func (c Config) validate() []string {
 	add := func(key, problem, fix string) { probs = append(probs, key+": "+problem+" ("+fix+")") }
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		add("listen", fmt.Sprintf("%q is not host:port", c.Listen), "e.g. 127.0.0.1:6380")
+	} else if c.ProtectedMode && c.open() {
+		add("protected-mode", fmt.Sprintf("listen %s reaches beyond loopback and clients need no password", c.Listen),
+			"set requirepass, or protected-mode: no to serve without authentication, or listen on 127.0.0.1")
 	}
 	switch c.Backend {
 	case "memory":
@@ -182,6 +186,28 @@ func (c Config) validate() []string {
 		add("idle-timeout", fmt.Sprintf("%q is not a duration of 0 or more", c.IdleTimeout), "e.g. 300s, or 0 to never close idle clients")
 	}
 	return probs
+}
+
+// open reports whether clients from beyond loopback could connect without
+// authenticating: the listen address is not a loopback one and no
+// password is required.
+func (c Config) open() bool {
+	return c.RequirePass == "" && !loopback(c.Listen)
+}
+
+// loopback reports whether addr (host:port) listens on loopback only: an
+// IP of 127.0.0.0/8 or ::1, or "localhost". An empty host, 0.0.0.0, any
+// other IP or name counts as reachable from the network.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // nodes returns the quorum nodes listed in QuorumNodes.

@@ -78,6 +78,9 @@ func TestValidationMessages(t *testing.T) {
 		{"script bytes", func(c *Config) { c.MaxScriptBytes = 10 }, `max-script-bytes: 10 is below 1024 (e.g. 1048576)`},
 		{"shutdown", func(c *Config) { c.ShutdownTimeout = "soon" }, `shutdown-timeout: "soon" is not a positive duration (e.g. 10s or 500ms)`},
 		{"script limit", func(c *Config) { c.ScriptTimeLimit = "-1s" }, `script-time-limit: "-1s" is not a positive duration (e.g. 10s or 500ms)`},
+		{"protected mode 0.0.0.0", func(c *Config) { c.Listen = "0.0.0.0:6380" }, `protected-mode: listen 0.0.0.0:6380 reaches beyond loopback and clients need no password (set requirepass, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
+		{"protected mode empty host", func(c *Config) { c.Listen = ":6380" }, `protected-mode: listen :6380 reaches beyond loopback and clients need no password (set requirepass, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
+		{"protected mode name", func(c *Config) { c.Listen = "lockproxy.internal:6380" }, `protected-mode: listen lockproxy.internal:6380 reaches beyond loopback and clients need no password (set requirepass, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
 		{"idle timeout", func(c *Config) { c.IdleTimeout = "-5s" }, `idle-timeout: "-5s" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`},
 		{"idle timeout word", func(c *Config) { c.IdleTimeout = "never" }, `idle-timeout: "never" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`},
 	}
@@ -92,6 +95,42 @@ func TestValidationMessages(t *testing.T) {
 	}
 	if probs := defaults().validate(); len(probs) != 0 {
 		t.Errorf("the defaults do not validate: %v", probs)
+	}
+}
+
+// TestProtectedModeAllows lists the configurations protected mode lets
+// start: loopback listeners, a password, or protected mode turned off.
+func TestProtectedModeAllows(t *testing.T) {
+	for name, mod := range map[string]func(*Config){
+		"127.0.0.1":         func(c *Config) { c.Listen = "127.0.0.1:6380" },
+		"127.0.0.2":         func(c *Config) { c.Listen = "127.0.0.2:6380" },
+		"::1":               func(c *Config) { c.Listen = "[::1]:6380" },
+		"localhost":         func(c *Config) { c.Listen = "localhost:6380" },
+		"password":          func(c *Config) { c.Listen, c.RequirePass = "0.0.0.0:6380", "s3cret" },
+		"protected-mode no": func(c *Config) { c.Listen, c.ProtectedMode = "0.0.0.0:6380", false },
+	} {
+		c := defaults()
+		mod(&c)
+		if probs := c.validate(); len(probs) != 0 {
+			t.Errorf("%s: validate() = %q; want no problem", name, probs)
+		}
+	}
+}
+
+func TestBooleanValues(t *testing.T) {
+	for v, want := range map[string]bool{"yes": true, "no": false, "true": true, "false": false, "NO": false, "1": true, "0": false} {
+		cfg, _, err := load(nil, []string{"LOCKPROXY_PROTECTED_MODE=" + v}, io.Discard)
+		if err != nil || cfg.ProtectedMode != want {
+			t.Errorf("LOCKPROXY_PROTECTED_MODE=%s: protected-mode = %v, %v; want %v", v, cfg.ProtectedMode, err, want)
+		}
+	}
+	if _, _, err := load([]string{"--protected-mode", "maybe"}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), `--protected-mode: "maybe" is not a boolean (use yes or no)`) {
+		t.Errorf("--protected-mode maybe = %v; want an error naming the flag", err)
+	}
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("protected-mode: no\n"), 0o600)
+	if cfg, _, err := load([]string{"--config", file}, nil, io.Discard); err != nil || cfg.ProtectedMode {
+		t.Errorf("protected-mode: no in YAML = %v, %v; want false", cfg.ProtectedMode, err)
 	}
 }
 

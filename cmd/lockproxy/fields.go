@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,6 +29,29 @@ func integer[T int | int64](name, usage string, p *T) field {
 	}}
 }
 
+// boolean accepts what Redis's config does (yes/no) and Go's forms
+// (true/false, 1/0).
+func boolean(name, usage string, p *bool) field {
+	return field{name, usage, func() string { return strconv.FormatBool(*p) }, func(v string) error {
+		b, ok := parseBool(v)
+		if !ok {
+			return fmt.Errorf("%q is not a boolean (use yes or no)", v)
+		}
+		*p = b
+		return nil
+	}}
+}
+
+func parseBool(v string) (bool, bool) {
+	switch strings.ToLower(v) {
+	case "yes", "true", "1", "on":
+		return true, true
+	case "no", "false", "0", "off":
+		return false, true
+	}
+	return false, false
+}
+
 // fields lists every configuration key of c, in the order of SPEC §4.
 func fields(c *Config) []field {
 	return []field{
@@ -40,6 +64,7 @@ func fields(c *Config) []field {
 		str("postgres-schema", "schema of the lease table (created if missing)", &c.PostgresSchema),
 		str("admin-listen", "HTTP admin address (/metrics, /healthz, /readyz); empty disables", &c.AdminListen),
 		str("requirepass", "password clients must AUTH with", &c.RequirePass),
+		boolean("protected-mode", "refuse to listen beyond loopback without a password", &c.ProtectedMode),
 		str("log-level", "debug, info, warn or error", &c.LogLevel),
 		str("log-format", "text or json", &c.LogFormat),
 		integer("max-clients", "maximum concurrent clients", &c.MaxClients),

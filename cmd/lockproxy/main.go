@@ -51,6 +51,9 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		}
 		return err
 	}
+	if opts.healthcheck { // needs only admin-listen: the server's own problems are the server's
+		return healthcheck(ctx, cfg.AdminListen)
+	}
 	if probs := cfg.validate(); len(probs) > 0 {
 		for _, p := range probs {
 			fmt.Fprintln(stderr, p)
@@ -60,9 +63,6 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if opts.checkConfig {
 		fmt.Fprintln(stdout, "configuration ok")
 		return nil
-	}
-	if opts.healthcheck {
-		return healthcheck(ctx, cfg.AdminListen)
 	}
 	log := newLogger(cfg, stderr)
 	scriptLimit, _ := parseDuration(cfg.ScriptTimeLimit)
@@ -74,6 +74,9 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer b.Close(context.Background())
+	if cfg.open() {
+		warnings = append(warnings, "protected-mode is off: clients from the network are served without a password")
+	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -42,13 +43,29 @@ type Binary struct {
 // process exits first, with its log.
 func StartBinary(t testing.TB, bin string, args ...string) *Binary {
 	t.Helper()
+	return StartBinaryEnv(t, bin, nil, args...)
+}
+
+// StartBinaryEnv is StartBinary with env (KEY=value) added to the
+// process's environment.
+func StartBinaryEnv(t testing.TB, bin string, env []string, args ...string) *Binary {
+	t.Helper()
 	b := &Binary{
 		Addr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))),
 		Admin: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))),
 		logs:  &syncBuffer{}, exited: make(chan struct{}),
 	}
 	b.cmd = exec.Command(bin, append([]string{"--listen", b.Addr, "--admin-listen", b.Admin}, args...)...)
+	for i := 0; i+1 < len(args); i++ { // a --listen or --admin-listen in args wins: dial that one
+		switch args[i] {
+		case "--listen":
+			b.Addr = dialable(args[i+1])
+		case "--admin-listen":
+			b.Admin = dialable(args[i+1])
+		}
+	}
 	b.cmd.Stdout, b.cmd.Stderr = b.logs, b.logs
+	b.cmd.Env = append(os.Environ(), env...)
 	if err := b.cmd.Start(); err != nil {
 		t.Fatalf("start lockproxy: %v", err)
 	}
@@ -76,6 +93,19 @@ func StartBinary(t testing.TB, bin string, args ...string) *Binary {
 		}
 		time.Sleep(20 * time.Millisecond) // polling for the listener
 	}
+}
+
+// dialable turns a listen address into one to dial: an unspecified host
+// (0.0.0.0, ::, empty) becomes 127.0.0.1.
+func dialable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // Logs returns what the process wrote to stdout and stderr so far.
