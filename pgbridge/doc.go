@@ -11,8 +11,9 @@
 // Two strategies:
 //
 //   - advisory (default): the lock is a session-level advisory lock held by
-//     one of a few dedicated holder sessions of the instance that took it
-//     (sharded by key; statements to a holder are pipelined in batches). The
+//     one of a few dedicated holder sessions (two by default) of the
+//     instance that took it (sharded by key; a holder merges the acquires
+//     and the releases of each pipelined batch into one statement each). The
 //     holding instance keeps the token and deadline and ends the lock at its
 //     deadline to the millisecond (plus one round trip); the lease row
 //     mirrors them (deadline on the holder's wall clock) and the table is

@@ -43,7 +43,9 @@ type Config struct {
 	// missing. default: lockproxy
 	Schema string
 	// Holders is the number of dedicated holder connections (advisory).
-	// default: 4
+	// Fewer holders make larger merged statements: at 50 clients on two
+	// cores, 2 did ~1.3x the lock cycles of 4 with a lower p99, and 1 was
+	// no worse than 2 but puts every lock on one session. default: 2
 	Holders int
 	// OpTimeout bounds one statement batch on a holder connection. A batch
 	// that takes longer closes that connection, which releases its locks:
@@ -158,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("pgbridge: schema %q is not a plain identifier (letters, digits, _)", cfg.Schema)
 	}
 	if cfg.Holders <= 0 {
-		cfg.Holders = 4
+		cfg.Holders = 2
 	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 5 * time.Second
