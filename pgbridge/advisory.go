@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +22,7 @@ type advisory struct {
 	b       *Backend
 	holders []*holder
 	router  *router
+	rows    atomic.Int64 // leases with a row (the locks this instance holds)
 }
 
 // held is a key this process holds the advisory lock of. row is false for
@@ -125,6 +127,7 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 	}
 	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen, row: true}
 	st.owned[k] = e
+	a.rows.Add(1)
 	a.arm(k, e)
 	return backend.SetResult{Written: true}, true, nil
 }
@@ -273,7 +276,10 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 			continue
 		}
 		c.e.state = c.s
-		c.e.row = true
+		if !c.e.row {
+			c.e.row = true
+			t.a.rows.Add(1)
+		}
 		t.a.arm(c.k, c.e)
 	}
 	t.fresh = nil
@@ -292,6 +298,10 @@ func qsOf[T any](xs []T, f func(T) *query) []*query {
 func (a *advisory) drop(st *stripe, k dbKey, e *held) {
 	if e.timer != nil {
 		e.timer.Stop()
+	}
+	if e.row {
+		e.row = false
+		a.rows.Add(-1)
 	}
 	delete(st.owned, k)
 }

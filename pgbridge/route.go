@@ -70,6 +70,7 @@ type envelope struct {
 const maxPayload = 7900
 
 type router struct {
+	routeCounts
 	a       *advisory
 	channel string
 	mu      sync.Mutex
@@ -156,6 +157,7 @@ func (r *router) serve(req *routeReq) {
 	b := r.a.b
 	ctx, cancel := context.WithTimeout(context.WithValue(b.ctx, routedKey{}, true), b.cfg.OpTimeout)
 	defer cancel()
+	r.served.Add(1)
 	rep := &routeReply{ID: req.ID}
 	var err error
 	switch req.Op {
@@ -209,6 +211,7 @@ func (r *router) send(ctx context.Context, instance string, req *routeReq) (*rou
 	if instance == r.a.b.instance {
 		return nil, tryAgain(errors.New("a key of this instance is held by a session it no longer knows"))
 	}
+	r.sent.Add(1)
 	ch := make(chan *routeReply, 1)
 	r.mu.Lock()
 	r.next++

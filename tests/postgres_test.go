@@ -3,6 +3,9 @@ package tests
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
@@ -356,4 +360,77 @@ func TestPostgresRestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPostgresAdmin: /metrics shows the postgres backend's sessions,
+// leases and pool after real traffic, and /readyz flips to 503 while
+// PostgreSQL is down and back once the proxy has reconnected.
+func TestPostgresAdmin(t *testing.T) {
+	t.Parallel()
+	pg := testsrv.StartPostgres(t)
+	dsn := pg.NewDatabase(t)
+	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(b)
+	c := pgClient(t, testsrv.StartLockproxy(t, proxy.Config{Registerer: reg, BackendName: "postgres"}, b))
+	admin := httptest.NewServer(proxy.AdminHandler(reg, b))
+	defer admin.Close()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(admin.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	ctx := t.Context()
+	for _, k := range []string{"adm:a", "adm:b"} {
+		if err := c.SetArgs(ctx, k, "tok", redis.SetArgs{Mode: "NX", TTL: time.Minute}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := c.Eval(ctx, releaseScript, []string{"adm:b"}, "tok").Int(); n != 1 || err != nil {
+		t.Fatalf("release = %d, %v", n, err)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{
+		"lockproxy_postgres_holders 2",
+		"lockproxy_postgres_holders_up 2",
+		"lockproxy_postgres_leases_held 1",
+		"lockproxy_postgres_holder_sessions_lost_total 0",
+		`lockproxy_postgres_pool_connections{state="total"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz = %d %q; want 200", code, body)
+	}
+	pg.Kill()
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(30 * time.Second); !cond(); {
+			if time.Now().After(end) {
+				t.Fatalf("not within 30s: %s", what)
+			}
+			time.Sleep(50 * time.Millisecond) // polling
+		}
+	}
+	eventually("/readyz 503 while PostgreSQL is down", func() bool { code, _ := get("/readyz"); return code == 503 })
+	// The holders notice on their next ping (1s).
+	eventually("/metrics to show the sessions lost and the lease gone", func() bool {
+		_, metrics = get("/metrics")
+		return strings.Contains(metrics, "lockproxy_postgres_leases_held 0") &&
+			!strings.Contains(metrics, "lockproxy_postgres_holder_sessions_lost_total 0")
+	})
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually("/readyz 200 once PostgreSQL is back", func() bool { code, _ := get("/readyz"); return code == 200 })
 }

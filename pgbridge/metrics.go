@@ -1,0 +1,64 @@
+package pgbridge
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The Backend is a prometheus.Collector: register it with the proxy's
+// registry to export the state of its sessions and pool.
+var _ prometheus.Collector = (*Backend)(nil)
+
+var (
+	descHoldersUp = prometheus.NewDesc("lockproxy_postgres_holders_up",
+		"Holder sessions (advisory strategy) that are connected.", nil, nil)
+	descHolders = prometheus.NewDesc("lockproxy_postgres_holders",
+		"Holder sessions (advisory strategy) configured.", nil, nil)
+	descLost = prometheus.NewDesc("lockproxy_postgres_holder_sessions_lost_total",
+		"Holder sessions that ended (an error, pg_terminate_backend, a restart of PostgreSQL); their locks ended with them.", nil, nil)
+	descLeases = prometheus.NewDesc("lockproxy_postgres_leases_held",
+		"Locks this instance holds on its holder sessions (advisory strategy).", nil, nil)
+	descRouted = prometheus.NewDesc("lockproxy_postgres_routed_total",
+		"Operations routed between instances by LISTEN/NOTIFY (advisory strategy): sent to the holding instance, or served for another.",
+		[]string{"direction"}, nil)
+	descPool = prometheus.NewDesc("lockproxy_postgres_pool_connections",
+		"Connections of the pool that serves reads, lease transactions and NOTIFY, by state.", []string{"state"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (b *Backend) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHoldersUp, descHolders, descLost, descLeases, descRouted, descPool} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (b *Backend) Collect(ch chan<- prometheus.Metric) {
+	st := b.pool.Stat()
+	ch <- prometheus.MustNewConstMetric(descPool, prometheus.GaugeValue, float64(st.AcquiredConns()), "acquired")
+	ch <- prometheus.MustNewConstMetric(descPool, prometheus.GaugeValue, float64(st.IdleConns()), "idle")
+	ch <- prometheus.MustNewConstMetric(descPool, prometheus.GaugeValue, float64(st.TotalConns()), "total")
+	a, ok := b.store.(*advisory)
+	if !ok {
+		return
+	}
+	var up, lost int
+	for _, h := range a.holders {
+		if h.gen.Load() != 0 {
+			up++
+		}
+		lost += int(h.lost.Load())
+	}
+	ch <- prometheus.MustNewConstMetric(descHoldersUp, prometheus.GaugeValue, float64(up))
+	ch <- prometheus.MustNewConstMetric(descHolders, prometheus.GaugeValue, float64(len(a.holders)))
+	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(lost))
+	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(a.rows.Load()))
+	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(a.router.sent.Load()), "sent")
+	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(a.router.served.Load()), "served")
+}
+
+// routeCounts are the router's counters.
+type routeCounts struct {
+	sent, served atomic.Int64
+}
