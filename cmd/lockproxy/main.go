@@ -84,6 +84,9 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if c, ok := b.(prometheus.Collector); ok { // the backend's own state (postgres: sessions, leases, pool)
+		reg.MustRegister(c)
+	}
 	srv := proxy.New(proxy.Config{
 		RequirePass: cfg.RequirePass, MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, BackendName: cfg.Backend, Logger: log, Registerer: reg,
