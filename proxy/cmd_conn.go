@@ -31,7 +31,7 @@ func cmdQuit(cl *client, args [][]byte) backend.Value {
 func cmdReset(cl *client, args [][]byte) backend.Value {
 	cl.db, cl.resp3, cl.name, cl.reply = 0, false, "", replyOn
 	cl.inMulti, cl.dirty, cl.queue = false, false, nil
-	cl.authed = cl.s.cfg.RequirePass == ""
+	cl.authed = !cl.s.authRequired()
 	return backend.Status("RESET")
 }
 
@@ -45,31 +45,6 @@ func cmdSelect(cl *client, args [][]byte) backend.Value {
 	}
 	cl.db = int(db)
 	return backend.OKValue
-}
-
-// checkPass authenticates user/pass against the configuration: the default
-// user only, with the configured password, or any password when none is
-// configured (Redis's "nopass" default user).
-func (cl *client) checkPass(user, pass string) backend.Value {
-	want := cl.s.cfg.RequirePass
-	if user == "default" && (want == "" || pass == want) {
-		cl.authed = true
-		return backend.OKValue
-	}
-	return backend.ErrorValue(backend.MsgWrongPass)
-}
-
-func cmdAuth(cl *client, args [][]byte) backend.Value {
-	switch len(args) {
-	case 2:
-		if cl.s.cfg.RequirePass == "" {
-			return backend.ErrorValue(backend.MsgAuthNoPassword)
-		}
-		return cl.checkPass("default", string(args[1]))
-	case 3:
-		return cl.checkPass(string(args[1]), string(args[2]))
-	}
-	return backend.ErrorValue(backend.MsgSyntax)
 }
 
 func cmdHello(cl *client, args [][]byte) backend.Value {

@@ -46,7 +46,7 @@ func newClient(s *Server, conn redcon.Conn) *client {
 	ctx, cancel := context.WithCancel(s.ctx)
 	return &client{
 		s: s, id: s.nextID.Add(1), conn: conn, ctx: ctx, cancel: cancel, created: time.Now(),
-		authed: s.cfg.RequirePass == "",
+		authed: !s.authRequired(),
 	}
 }
 

@@ -30,7 +30,7 @@
 //     command past MaxRequestBytes [8 MiB] gets "ERR Protocol error:
 //     invalid bulk length", an argument count that could not fit in it
 //     "invalid multibulk length", an inline command over 64 KiB "too big
-//     inline request"; before AUTH (with RequirePass) more than 10
+//     inline request"; before AUTH (with RequirePass or Users) more than 10
 //     arguments or a bulk over 16 KiB get Redis's "unauthenticated
 //     multibulk length" / "unauthenticated bulk length". The replies to
 //     the commands before the refused one are delivered first. Scripts

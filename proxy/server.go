@@ -18,8 +18,13 @@ import (
 
 // Config configures a Server. Zero values mean the documented defaults.
 type Config struct {
-	// RequirePass makes clients AUTH before anything else. default: none
+	// RequirePass makes clients AUTH before anything else: it is the
+	// password of the "default" user. default: none
 	RequirePass string
+	// Users are named users clients may AUTH as. With Users and no
+	// RequirePass, the default user is disabled: every client must AUTH
+	// as one of them. default: none
+	Users []User
 	// MaxClients bounds concurrent connections. default: 10000 (as Redis)
 	MaxClients int
 	// MaxRequestBytes bounds one command's size on the wire; a longer one
@@ -190,7 +195,7 @@ func (s *Server) accept(conn redcon.Conn) bool {
 	cl := newClient(s, conn)
 	s.clients[cl] = struct{}{}
 	conn.SetContext(cl)
-	if lc, ok := conn.NetConn().(*limitConn); ok && s.cfg.RequirePass != "" {
+	if lc, ok := conn.NetConn().(*limitConn); ok && s.authRequired() {
 		lc.authed = func() bool { return cl.authed } // read on the connection's goroutine only
 	}
 	s.stats.connections.Add(1)

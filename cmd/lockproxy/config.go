@@ -18,24 +18,25 @@ import (
 // Config is lockproxy's configuration. Precedence: defaults < config file <
 // LOCKPROXY_* environment < flags. YAML keys are the flag names.
 type Config struct {
-	Listen           string `yaml:"listen"`
-	Backend          string `yaml:"backend"`
-	QuorumNodes      string `yaml:"quorum-nodes"`
-	QuorumTimeout    string `yaml:"quorum-node-timeout"`
-	PostgresDSN      string `yaml:"postgres-dsn"`
-	PostgresStrategy string `yaml:"postgres-strategy"`
-	PostgresSchema   string `yaml:"postgres-schema"`
-	AdminListen      string `yaml:"admin-listen"`
-	RequirePass      string `yaml:"requirepass"`
-	ProtectedMode    bool   `yaml:"protected-mode"`
-	LogLevel         string `yaml:"log-level"`
-	LogFormat        string `yaml:"log-format"`
-	MaxClients       int    `yaml:"max-clients"`
-	MaxRequestBytes  int64  `yaml:"max-request-bytes"`
-	MaxScriptBytes   int    `yaml:"max-script-bytes"`
-	ShutdownTimeout  string `yaml:"shutdown-timeout"`
-	ScriptTimeLimit  string `yaml:"script-time-limit"`
-	IdleTimeout      string `yaml:"idle-timeout"`
+	Listen           string   `yaml:"listen"`
+	Backend          string   `yaml:"backend"`
+	QuorumNodes      string   `yaml:"quorum-nodes"`
+	QuorumTimeout    string   `yaml:"quorum-node-timeout"`
+	PostgresDSN      string   `yaml:"postgres-dsn"`
+	PostgresStrategy string   `yaml:"postgres-strategy"`
+	PostgresSchema   string   `yaml:"postgres-schema"`
+	AdminListen      string   `yaml:"admin-listen"`
+	RequirePass      string   `yaml:"requirepass"`
+	Users            userList `yaml:"users"`
+	ProtectedMode    bool     `yaml:"protected-mode"`
+	LogLevel         string   `yaml:"log-level"`
+	LogFormat        string   `yaml:"log-format"`
+	MaxClients       int      `yaml:"max-clients"`
+	MaxRequestBytes  int64    `yaml:"max-request-bytes"`
+	MaxScriptBytes   int      `yaml:"max-script-bytes"`
+	ShutdownTimeout  string   `yaml:"shutdown-timeout"`
+	ScriptTimeLimit  string   `yaml:"script-time-limit"`
+	IdleTimeout      string   `yaml:"idle-timeout"`
 }
 
 func defaults() Config {
@@ -126,8 +127,9 @@ func (c Config) validate() []string {
 		add("listen", fmt.Sprintf("%q is not host:port", c.Listen), "e.g. 127.0.0.1:6380")
 	} else if c.ProtectedMode && c.open() {
 		add("protected-mode", fmt.Sprintf("listen %s reaches beyond loopback and clients need no password", c.Listen),
-			"set requirepass, or protected-mode: no to serve without authentication, or listen on 127.0.0.1")
+			"set requirepass or users, or protected-mode: no to serve without authentication, or listen on 127.0.0.1")
 	}
+	c.Users.validate(add)
 	switch c.Backend {
 	case "memory":
 	case "quorum":
@@ -192,7 +194,7 @@ func (c Config) validate() []string {
 // authenticating: the listen address is not a loopback one and no
 // password is required.
 func (c Config) open() bool {
-	return c.RequirePass == "" && !loopback(c.Listen)
+	return c.RequirePass == "" && len(c.Users) == 0 && !loopback(c.Listen)
 }
 
 // loopback reports whether addr (host:port) listens on loopback only: an

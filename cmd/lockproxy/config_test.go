@@ -1,9 +1,12 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +20,10 @@ func TestSampleConfigIsValid(t *testing.T) {
 	if probs := cfg.validate(); len(probs) > 0 {
 		t.Fatalf("config.yaml does not validate: %v", probs)
 	}
-	if cfg != defaults() {
+	if len(cfg.Users) == 0 {
+		cfg.Users = nil // the sample's "users: []"
+	}
+	if !reflect.DeepEqual(cfg, defaults()) {
 		t.Errorf("config.yaml differs from the defaults it documents:\n file %+v\n code %+v", cfg, defaults())
 	}
 }
@@ -78,9 +84,16 @@ func TestValidationMessages(t *testing.T) {
 		{"script bytes", func(c *Config) { c.MaxScriptBytes = 10 }, `max-script-bytes: 10 is below 1024 (e.g. 1048576)`},
 		{"shutdown", func(c *Config) { c.ShutdownTimeout = "soon" }, `shutdown-timeout: "soon" is not a positive duration (e.g. 10s or 500ms)`},
 		{"script limit", func(c *Config) { c.ScriptTimeLimit = "-1s" }, `script-time-limit: "-1s" is not a positive duration (e.g. 10s or 500ms)`},
-		{"protected mode 0.0.0.0", func(c *Config) { c.Listen = "0.0.0.0:6380" }, `protected-mode: listen 0.0.0.0:6380 reaches beyond loopback and clients need no password (set requirepass, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
-		{"protected mode empty host", func(c *Config) { c.Listen = ":6380" }, `protected-mode: listen :6380 reaches beyond loopback and clients need no password (set requirepass, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
-		{"protected mode name", func(c *Config) { c.Listen = "lockproxy.internal:6380" }, `protected-mode: listen lockproxy.internal:6380 reaches beyond loopback and clients need no password (set requirepass, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
+		{"protected mode 0.0.0.0", func(c *Config) { c.Listen = "0.0.0.0:6380" }, `protected-mode: listen 0.0.0.0:6380 reaches beyond loopback and clients need no password (set requirepass or users, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
+		{"protected mode empty host", func(c *Config) { c.Listen = ":6380" }, `protected-mode: listen :6380 reaches beyond loopback and clients need no password (set requirepass or users, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
+		{"protected mode name", func(c *Config) { c.Listen = "lockproxy.internal:6380" }, `protected-mode: listen lockproxy.internal:6380 reaches beyond loopback and clients need no password (set requirepass or users, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
+		{"user without password", func(c *Config) { c.Users = userList{{Name: "app"}} }, `users: user "app" has no password (set password, or sha256 to the hex SHA-256 of one: printf %s PASS | sha256sum)`},
+		{"user without name", func(c *Config) { c.Users = userList{{Password: "x"}} }, `users: a user has no name (give every user a name)`},
+		{"user default", func(c *Config) { c.Users = userList{{Name: "default", Password: "x"}} }, `users: "default" is the requirepass user (set its password with requirepass)`},
+		{"user twice", func(c *Config) { c.Users = userList{{Name: "a", Password: "x"}, {Name: "a", Password: "y"}} }, `users: user "a" is listed twice (keep one entry per user)`},
+		{"user both", func(c *Config) { c.Users = userList{{Name: "a", Password: "x", SHA256: strings.Repeat("0", 64)}} }, `users: user "a" has both password and sha256 (keep one)`},
+		{"user bad sha", func(c *Config) { c.Users = userList{{Name: "a", SHA256: "abc"}} }, `users: user "a": sha256 is not 64 hex digits (printf %s PASS | sha256sum gives it)`},
+		{"user space", func(c *Config) { c.Users = userList{{Name: "a b", Password: "x"}} }, `users: user name "a b" has a space or one of > # , (use letters, digits and -_.:@)`},
 		{"idle timeout", func(c *Config) { c.IdleTimeout = "-5s" }, `idle-timeout: "-5s" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`},
 		{"idle timeout word", func(c *Config) { c.IdleTimeout = "never" }, `idle-timeout: "never" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`},
 	}
@@ -107,6 +120,7 @@ func TestProtectedModeAllows(t *testing.T) {
 		"::1":               func(c *Config) { c.Listen = "[::1]:6380" },
 		"localhost":         func(c *Config) { c.Listen = "localhost:6380" },
 		"password":          func(c *Config) { c.Listen, c.RequirePass = "0.0.0.0:6380", "s3cret" },
+		"users":             func(c *Config) { c.Listen, c.Users = "0.0.0.0:6380", userList{{Name: "app", Password: "x"}} },
 		"protected-mode no": func(c *Config) { c.Listen, c.ProtectedMode = "0.0.0.0:6380", false },
 	} {
 		c := defaults()
@@ -140,5 +154,39 @@ func TestBadEnvAndFlagValues(t *testing.T) {
 	}
 	if _, _, err := load([]string{"--max-clients", "x"}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "max-clients") {
 		t.Errorf("a non-integer flag value = %v; want an error naming the flag", err)
+	}
+}
+
+// TestUsersForms: the users key from YAML (password or sha256), from the
+// flag and environment forms (name>password, name#sha256hex), and names
+// only when rendered.
+func TestUsersForms(t *testing.T) {
+	sum := "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8" // sha256("password")
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("users:\n  - name: app\n    password: s3cret\n  - name: ops\n    sha256: "+sum+"\n"), 0o600)
+	want := userList{{Name: "app", Password: "s3cret"}, {Name: "ops", SHA256: sum}}
+	for name, args := range map[string]struct{ args, env []string }{
+		"yaml": {args: []string{"--config", file}},
+		"flag": {args: []string{"--users", "app>s3cret, ops#" + sum}},
+		"env":  {env: []string{"LOCKPROXY_USERS=app>s3cret,ops#" + sum}},
+	} {
+		cfg, _, err := load(args.args, args.env, io.Discard)
+		if err != nil || !reflect.DeepEqual(cfg.Users, want) {
+			t.Errorf("%s: users = %+v, %v; want %+v", name, cfg.Users, err, want)
+		}
+		if probs := cfg.validate(); len(probs) != 0 {
+			t.Errorf("%s: validate() = %q", name, probs)
+		}
+		if s := cfg.Users.String(); s != "app,ops" {
+			t.Errorf("%s: users rendered as %q; want names only", name, s)
+		}
+	}
+	cfg, _, _ := load([]string{"--users", "app"}, nil, io.Discard)
+	if probs := cfg.validate(); !slices.Contains(probs, `users: user "app" has no password (set password, or sha256 to the hex SHA-256 of one: printf %s PASS | sha256sum)`) {
+		t.Errorf("--users app: validate() = %q; want the missing password named", probs)
+	}
+	pu := want.proxyUsers()
+	if len(pu) != 2 || pu[0].PasswordSHA256 != sha256.Sum256([]byte("s3cret")) || hex.EncodeToString(pu[1].PasswordSHA256[:]) != sum {
+		t.Errorf("proxyUsers() = %x", pu)
 	}
 }

@@ -64,6 +64,7 @@ func fields(c *Config) []field {
 		str("postgres-schema", "schema of the lease table (created if missing)", &c.PostgresSchema),
 		str("admin-listen", "HTTP admin address (/metrics, /healthz, /readyz); empty disables", &c.AdminListen),
 		str("requirepass", "password clients must AUTH with", &c.RequirePass),
+		usersField(c),
 		boolean("protected-mode", "refuse to listen beyond loopback without a password", &c.ProtectedMode),
 		str("log-level", "debug, info, warn or error", &c.LogLevel),
 		str("log-format", "text or json", &c.LogFormat),

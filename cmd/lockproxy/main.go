@@ -88,7 +88,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		reg.MustRegister(c)
 	}
 	srv := proxy.New(proxy.Config{
-		RequirePass: cfg.RequirePass, MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
+		RequirePass: cfg.RequirePass, Users: cfg.Users.proxyUsers(), MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, BackendName: cfg.Backend, Logger: log, Registerer: reg,
 	}, b)
 	if cfg.AdminListen != "" {
@@ -102,7 +102,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		defer hs.Close()
 	}
 	log.Info("lockproxy started", "backend", cfg.Backend, "listen", ln.Addr().String(), "nodes", cfg.nodes(),
-		"requirepass", cfg.RequirePass != "", "warnings", warnings)
+		"requirepass", cfg.RequirePass != "", "users", cfg.Users.names(), "warnings", warnings)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -149,18 +149,41 @@ func (r *Redis) waitReady(p *process) error {
 	}
 }
 
-// serverPID asks the server at addr for its process_id (INFO server).
+// ProbeUser is the user StartRedis authenticates as when a server it
+// started answers NOAUTH (its extraArgs require AUTH): give such a server
+// "--user testsrv on >testsrv +@all" for StartRedis to see it ready.
+const ProbeUser = "testsrv"
+
+// serverPID asks the server at addr for its process_id (INFO server), as
+// ProbeUser when the server requires AUTH.
 func serverPID(addr string) (int, error) {
+	pid, err := serverPIDAs(addr, false)
+	if err != nil && strings.Contains(err.Error(), "NOAUTH") {
+		return serverPIDAs(addr, true)
+	}
+	return pid, err
+}
+
+func serverPIDAs(addr string, auth bool) (int, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return 0, err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+	req := "INFO server\r\n"
+	if auth {
+		req = "AUTH " + ProbeUser + " " + ProbeUser + "\r\n" + req
+	}
+	if _, err := c.Write([]byte(req)); err != nil {
 		return 0, err
 	}
 	rd := bufio.NewReader(c)
+	if auth {
+		if line, err := rd.ReadString('\n'); err != nil || line != "+OK\r\n" {
+			return 0, fmt.Errorf("AUTH %s answered %q, %v", ProbeUser, line, err)
+		}
+	}
 	head, err := rd.ReadString('\n')
 	if err != nil {
 		return 0, err
