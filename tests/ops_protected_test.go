@@ -23,7 +23,7 @@ func TestOpsProtectedMode(t *testing.T) {
 		p := strconv.Itoa(testsrv.FreePort(t))
 		return "0.0.0.0:" + p, p
 	}
-	const refusal = "reaches beyond loopback and clients need no password (set requirepass or users, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)"
+	const refusal = "reaches beyond loopback and clients need no password (set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)"
 
 	t.Run("refused by flag", func(t *testing.T) {
 		addr, _ := anyAddr()

@@ -37,6 +37,14 @@ type Config struct {
 	ShutdownTimeout  string   `yaml:"shutdown-timeout"`
 	ScriptTimeLimit  string   `yaml:"script-time-limit"`
 	IdleTimeout      string   `yaml:"idle-timeout"`
+
+	TLSCertFile         string `yaml:"tls-cert-file"`
+	TLSKeyFile          string `yaml:"tls-key-file"`
+	TLSCACertFile       string `yaml:"tls-ca-cert-file"`
+	QuorumTLS           bool   `yaml:"quorum-tls"`
+	QuorumTLSCACertFile string `yaml:"quorum-tls-ca-cert-file"`
+	QuorumTLSCertFile   string `yaml:"quorum-tls-cert-file"`
+	QuorumTLSKeyFile    string `yaml:"quorum-tls-key-file"`
 }
 
 func defaults() Config {
@@ -127,9 +135,10 @@ func (c Config) validate() []string {
 		add("listen", fmt.Sprintf("%q is not host:port", c.Listen), "e.g. 127.0.0.1:6380")
 	} else if c.ProtectedMode && c.open() {
 		add("protected-mode", fmt.Sprintf("listen %s reaches beyond loopback and clients need no password", c.Listen),
-			"set requirepass or users, or protected-mode: no to serve without authentication, or listen on 127.0.0.1")
+			"set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1")
 	}
 	c.Users.validate(add)
+	c.validateTLS(add)
 	switch c.Backend {
 	case "memory":
 	case "quorum":
@@ -191,10 +200,10 @@ func (c Config) validate() []string {
 }
 
 // open reports whether clients from beyond loopback could connect without
-// authenticating: the listen address is not a loopback one and no
-// password is required.
+// authenticating: the listen address is not a loopback one, no password
+// is required and no client certificate either.
 func (c Config) open() bool {
-	return c.RequirePass == "" && len(c.Users) == 0 && !loopback(c.Listen)
+	return c.RequirePass == "" && len(c.Users) == 0 && c.TLSCACertFile == "" && !loopback(c.Listen)
 }
 
 // loopback reports whether addr (host:port) listens on loopback only: an

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
 )
 
 func TestSampleConfigIsValid(t *testing.T) {
@@ -84,9 +86,9 @@ func TestValidationMessages(t *testing.T) {
 		{"script bytes", func(c *Config) { c.MaxScriptBytes = 10 }, `max-script-bytes: 10 is below 1024 (e.g. 1048576)`},
 		{"shutdown", func(c *Config) { c.ShutdownTimeout = "soon" }, `shutdown-timeout: "soon" is not a positive duration (e.g. 10s or 500ms)`},
 		{"script limit", func(c *Config) { c.ScriptTimeLimit = "-1s" }, `script-time-limit: "-1s" is not a positive duration (e.g. 10s or 500ms)`},
-		{"protected mode 0.0.0.0", func(c *Config) { c.Listen = "0.0.0.0:6380" }, `protected-mode: listen 0.0.0.0:6380 reaches beyond loopback and clients need no password (set requirepass or users, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
-		{"protected mode empty host", func(c *Config) { c.Listen = ":6380" }, `protected-mode: listen :6380 reaches beyond loopback and clients need no password (set requirepass or users, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
-		{"protected mode name", func(c *Config) { c.Listen = "lockproxy.internal:6380" }, `protected-mode: listen lockproxy.internal:6380 reaches beyond loopback and clients need no password (set requirepass or users, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
+		{"protected mode 0.0.0.0", func(c *Config) { c.Listen = "0.0.0.0:6380" }, `protected-mode: listen 0.0.0.0:6380 reaches beyond loopback and clients need no password (set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
+		{"protected mode empty host", func(c *Config) { c.Listen = ":6380" }, `protected-mode: listen :6380 reaches beyond loopback and clients need no password (set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
+		{"protected mode name", func(c *Config) { c.Listen = "lockproxy.internal:6380" }, `protected-mode: listen lockproxy.internal:6380 reaches beyond loopback and clients need no password (set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
 		{"user without password", func(c *Config) { c.Users = userList{{Name: "app"}} }, `users: user "app" has no password (set password, or sha256 to the hex SHA-256 of one: printf %s PASS | sha256sum)`},
 		{"user without name", func(c *Config) { c.Users = userList{{Password: "x"}} }, `users: a user has no name (give every user a name)`},
 		{"user default", func(c *Config) { c.Users = userList{{Name: "default", Password: "x"}} }, `users: "default" is the requirepass user (set its password with requirepass)`},
@@ -188,5 +190,39 @@ func TestUsersForms(t *testing.T) {
 	pu := want.proxyUsers()
 	if len(pu) != 2 || pu[0].PasswordSHA256 != sha256.Sum256([]byte("s3cret")) || hex.EncodeToString(pu[1].PasswordSHA256[:]) != sum {
 		t.Errorf("proxyUsers() = %x", pu)
+	}
+}
+
+// TestTLSValidation: the TLS keys' problems, with real PEM files made by
+// crypto/x509, and a mutual-TLS listener satisfying protected mode.
+func TestTLSValidation(t *testing.T) {
+	f := testsrv.NewTLSFiles(t)
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"cert without key", func(c *Config) { c.TLSCertFile = f.Cert }, `tls-key-file: empty while tls-cert-file is set (set both, or neither for plain TCP)`},
+		{"key without cert", func(c *Config) { c.TLSKeyFile = f.Key }, `tls-cert-file: empty while tls-key-file is set (set both, or neither for plain TCP)`},
+		{"ca without cert", func(c *Config) { c.TLSCACertFile = f.CA }, `tls-ca-cert-file: set while tls-cert-file is empty (client certificates need TLS: set tls-cert-file and tls-key-file)`},
+		{"missing file", func(c *Config) { c.TLSCertFile, c.TLSKeyFile = "/nonexistent.pem", f.Key }, `tls-cert-file: cannot load the certificate, key or CA: open /nonexistent.pem: no such file or directory (PEM files readable by lockproxy)`},
+		{"key of another cert", func(c *Config) { c.TLSCertFile, c.TLSKeyFile = f.Cert, f.ClientKey }, `tls-cert-file: cannot load the certificate, key or CA: tls: private key does not match public key (PEM files readable by lockproxy)`},
+		{"ca not pem", func(c *Config) { c.TLSCertFile, c.TLSKeyFile, c.TLSCACertFile = f.Cert, f.Key, "../../config.yaml" }, `tls-cert-file: cannot load the certificate, key or CA: no PEM certificate in ../../config.yaml (PEM files readable by lockproxy)`},
+		{"quorum file without quorum-tls", func(c *Config) { c.QuorumTLSCACertFile = f.CA }, `quorum-tls-ca-cert-file: set while quorum-tls is no (set quorum-tls: yes)`},
+		{"quorum cert without key", func(c *Config) { c.QuorumTLS, c.QuorumTLSCertFile = true, f.ClientCert }, `quorum-tls-cert-file: quorum-tls-cert-file and quorum-tls-key-file go together (set both, or neither when the nodes do not ask for client certificates)`},
+		{"quorum bad ca", func(c *Config) { c.QuorumTLS, c.QuorumTLSCACertFile = true, "/nonexistent.pem" }, `quorum-tls-ca-cert-file: cannot load the node CA or client certificate: open /nonexistent.pem: no such file or directory (PEM files readable by lockproxy)`},
+		{"quorum rediss", func(c *Config) { c.Backend, c.QuorumNodes, c.QuorumTLS = "quorum", "rediss://a:1,b:2", true }, `quorum-nodes: "rediss://a:1" is a rediss:// URL while quorum-tls is yes (write redis://… or host:port: quorum-tls makes every node TLS)`},
+	} {
+		c := defaults()
+		tc.mod(&c)
+		if probs := c.validate(); !slices.Contains(probs, tc.want) {
+			t.Errorf("%s: validate() = %q; want it to contain %q", tc.name, probs, tc.want)
+		}
+	}
+	c := defaults()
+	c.Listen, c.TLSCertFile, c.TLSKeyFile, c.TLSCACertFile = "0.0.0.0:6380", f.Cert, f.Key, f.CA
+	c.QuorumTLS, c.QuorumTLSCACertFile, c.QuorumTLSCertFile, c.QuorumTLSKeyFile = true, f.CA, f.ClientCert, f.ClientKey
+	if probs := c.validate(); len(probs) != 0 {
+		t.Errorf("full TLS with client certificates on 0.0.0.0: validate() = %q; want no problem", probs)
 	}
 }

@@ -73,6 +73,13 @@ func fields(c *Config) []field {
 		integer("max-script-bytes", "maximum bytes of one script", &c.MaxScriptBytes),
 		str("shutdown-timeout", "how long SIGTERM waits for in-flight commands", &c.ShutdownTimeout),
 		str("script-time-limit", "how long one script may run", &c.ScriptTimeLimit),
+		str("tls-cert-file", "serve clients TLS with this certificate (PEM)", &c.TLSCertFile),
+		str("tls-key-file", "the key of tls-cert-file (PEM)", &c.TLSKeyFile),
+		str("tls-ca-cert-file", "require client certificates signed by this CA (PEM)", &c.TLSCACertFile),
+		boolean("quorum-tls", "connect to the quorum nodes with TLS", &c.QuorumTLS),
+		str("quorum-tls-ca-cert-file", "CA that signed the quorum nodes' certificates (PEM; default: system roots)", &c.QuorumTLSCACertFile),
+		str("quorum-tls-cert-file", "client certificate for the quorum nodes (PEM)", &c.QuorumTLSCertFile),
+		str("quorum-tls-key-file", "the key of quorum-tls-cert-file (PEM)", &c.QuorumTLSKeyFile),
 		str("idle-timeout", "close a client connection idle this long; 0 never", &c.IdleTimeout),
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -82,6 +83,14 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	tlsCfg, err := cfg.serverTLS()
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("tls-cert-file: %w", err)
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if c, ok := b.(prometheus.Collector); ok { // the backend's own state (postgres: sessions, leases, pool)
@@ -102,7 +111,8 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		defer hs.Close()
 	}
 	log.Info("lockproxy started", "backend", cfg.Backend, "listen", ln.Addr().String(), "nodes", cfg.nodes(),
-		"requirepass", cfg.RequirePass != "", "users", cfg.Users.names(), "warnings", warnings)
+		"requirepass", cfg.RequirePass != "", "users", cfg.Users.names(),
+		"tls", tlsCfg != nil, "client_certs", cfg.TLSCACertFile != "", "warnings", warnings)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -131,7 +141,15 @@ func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger) (backen
 	case "quorum":
 		timeout, _ := parseDuration(cfg.QuorumTimeout)
 		nodes := cfg.nodes()
-		b, err := quorum.New(quorum.Config{Nodes: nodes, NodeTimeout: timeout, Logger: log})
+		qc := quorum.Config{Nodes: nodes, NodeTimeout: timeout, Logger: log}
+		tc, err := cfg.quorumTLS()
+		if err != nil {
+			return nil, nil, fmt.Errorf("quorum-tls: %w", err)
+		}
+		if tc != nil {
+			qc.Dialer = tlsDialer(tc)
+		}
+		b, err := quorum.New(qc)
 		if err != nil {
 			return nil, nil, err
 		}
