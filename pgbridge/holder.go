@@ -111,7 +111,13 @@ func (h *holder) run() {
 			default:
 			}
 		}
-		h.a.sweep()
+		// Forget the lost leases in the background: an operation may hold
+		// a stripe while it waits for this holder, which must go on.
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			h.a.sweep()
+		}()
 	}
 	h.failQueued(errors.New("pgbridge: closed"), 0)
 }

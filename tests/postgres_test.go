@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -433,4 +436,95 @@ func TestPostgresAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually("/readyz 200 once PostgreSQL is back", func() bool { code, _ := get("/readyz"); return code == 200 })
+}
+
+// TestPostgresRestartUnderLoad: PostgreSQL is killed and restarted while
+// 8 workers loop lock, increment, unlock. Every error a client sees is
+// TRYAGAIN, the workers make progress again after the restart, and in the
+// lease strategy (its locks are rows that survive the restart) the shared
+// counter proves no two workers held the lock at once. The advisory
+// strategy's locks end with PostgreSQL's sessions, as a single Redis's
+// end with a crash: a worker inside its critical section then loses its
+// lock (its release answers 0), so there the counter is not a proof and
+// only those answers are checked.
+func TestPostgresRestartUnderLoad(t *testing.T) {
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		t.Run(strategy, func(t *testing.T) {
+			pg := testsrv.StartPostgres(t)
+			dsn := pg.NewDatabase(t)
+			addr := startPostgresProxyOn(t, dsn, strategy)
+			ctx := t.Context()
+			var counter, cycles, lost atomic.Int64
+			var restarted atomic.Bool
+			var afterRestart atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for w := range 8 {
+				wg.Go(func() {
+					c := pgClient(t, addr)
+					for n := 0; ; n++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						tok := fmt.Sprintf("w%d-%d", w, n)
+						err := c.SetArgs(ctx, "load:counter", tok, redis.SetArgs{Mode: "NX", TTL: 10 * time.Second}).Err()
+						if errors.Is(err, redis.Nil) {
+							time.Sleep(time.Millisecond) // contended
+							continue
+						}
+						if err != nil {
+							if !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+								errs <- fmt.Errorf("worker %d acquire: %v", w, err)
+								return
+							}
+							time.Sleep(20 * time.Millisecond) // PostgreSQL is away
+							continue
+						}
+						v := counter.Load()
+						time.Sleep(100 * time.Microsecond) // the critical section
+						counter.Store(v + 1)
+						released, err := c.Eval(ctx, releaseScript, []string{"load:counter"}, tok).Int()
+						switch {
+						case err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN"):
+							errs <- fmt.Errorf("worker %d release: %v", w, err)
+							return
+						case err == nil && released == 1:
+							cycles.Add(1)
+							if restarted.Load() {
+								afterRestart.Add(1)
+							}
+						default: // 0, or TRYAGAIN: the lock was lost, or PostgreSQL is away
+							lost.Add(1)
+						}
+					}
+				})
+			}
+			time.Sleep(500 * time.Millisecond)
+			pg.Kill()
+			time.Sleep(300 * time.Millisecond)
+			if err := pg.Start(); err != nil {
+				t.Fatal(err)
+			}
+			restarted.Store(true)
+			for end := time.Now().Add(30 * time.Second); afterRestart.Load() < 50; {
+				if time.Now().After(end) {
+					t.Fatalf("only %d lock cycles within 30s after the restart", afterRestart.Load())
+				}
+				time.Sleep(50 * time.Millisecond) // waiting for progress
+			}
+			close(stop)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			t.Logf("%s: %d cycles, %d after the restart, %d locks lost or unconfirmed", strategy, cycles.Load(), afterRestart.Load(), lost.Load())
+			if strategy == pgbridge.Lease && lost.Load() == 0 && counter.Load() != cycles.Load() {
+				t.Fatalf("counter = %d after %d confirmed cycles: two workers held the lock at once", counter.Load(), cycles.Load())
+			}
+		})
+	}
 }
