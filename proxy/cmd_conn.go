@@ -32,6 +32,7 @@ func cmdReset(cl *client, args [][]byte) backend.Value {
 	cl.db, cl.resp3, cl.name, cl.reply = 0, false, "", replyOn
 	cl.inMulti, cl.dirty, cl.queue = false, false, nil
 	cl.authed = !cl.s.authRequired()
+	cl.closeUpstream() // a fresh upstream connection for the fresh state
 	return backend.Status("RESET")
 }
 

@@ -39,7 +39,9 @@ type client struct {
 	closeNow bool // QUIT: close after the reply
 	reply    replyMode
 
-	buf []byte // reply scratch
+	buf []byte        // reply scratch
+	raw []byte        // a passthrough reply to write as is, instead of the command's value
+	up  *upstreamConn // the passthrough connection, once a command was forwarded
 }
 
 func newClient(s *Server, conn redcon.Conn) *client {
@@ -82,6 +84,8 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 		start = time.Now()
 	}
 	v := cl.command(cmd.Args)
+	raw := cl.raw
+	cl.raw = nil
 	if s.metrics != nil {
 		s.metrics.observe(cl.lastCmd, v, time.Since(start))
 	}
@@ -89,6 +93,10 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 		if cl.closeNow {
 			conn.Close()
 		}
+		return
+	}
+	if raw != nil {
+		conn.WriteRaw(raw) // copied: the buffer is the upstream connection's
 		return
 	}
 	cl.buf = appendValue(cl.buf[:0], v, cl.resp3)
@@ -197,6 +205,8 @@ func (cl *client) command(args [][]byte) backend.Value {
 		name = cc.name
 	case kc != nil:
 		name = kc.Name
+	case cl.s.cfg.Passthrough != nil:
+		return cl.passthroughCommand(args)
 	default:
 		cl.lastCmd = "unknown"
 		cl.dirty = cl.inMulti
@@ -217,6 +227,23 @@ func (cl *client) command(args [][]byte) backend.Value {
 		return cc.run(cl, args)
 	}
 	return cl.keyCommand(kc, args)
+}
+
+// passthroughCommand forwards a command lockproxy does not serve, after
+// the same checks as its own commands (AUTH, MULTI).
+func (cl *client) passthroughCommand(args [][]byte) backend.Value {
+	cl.lastCmd = "passthrough"
+	name := lower(args[0])
+	switch {
+	case !cl.authed:
+		return cl.reject(name, backend.MsgNoAuth)
+	case cl.inMulti:
+		return cl.reject(name, errPassthroughInMulti(name))
+	}
+	if what := forwardable(name, args); what != "" {
+		return backend.ErrorValue(errPassthroughRefused(what))
+	}
+	return cl.passthrough(args)
 }
 
 // reject answers a command refused before it ran. As in Redis, a refused

@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	reg.MustRegister(commands, duration, clients, scripts)
 
 	m := &metrics{byCmd: map[string]*cmdMetrics{}}
-	names := append([]string{"unknown"}, keyCommandNames...)
+	names := append([]string{"unknown", "passthrough"}, keyCommandNames...)
 	for n := range commandsTable() {
 		names = append(names, n)
 	}

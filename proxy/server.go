@@ -41,6 +41,10 @@ type Config struct {
 	// as Redis's "timeout" does; the clock restarts at every read, so a
 	// command that runs long never counts as idle. default: 0, never
 	IdleTimeout time.Duration
+	// Passthrough, when set, receives every command lockproxy does not
+	// serve itself (see passthrough.go for what is not forwarded).
+	// default: none, such commands get Redis's unknown-command error
+	Passthrough *Upstream
 	// BackendName is reported by INFO. default: "memory"
 	BackendName string
 	// Logger receives errors and, at debug level, per-command lines.
@@ -208,6 +212,7 @@ func (s *Server) closed(conn redcon.Conn, err error) {
 		return
 	}
 	cl.cancel()
+	cl.closeUpstream() // on the connection's goroutine, as every use of it
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.clients, cl)

@@ -37,6 +37,7 @@ type Config struct {
 	ShutdownTimeout  string   `yaml:"shutdown-timeout"`
 	ScriptTimeLimit  string   `yaml:"script-time-limit"`
 	IdleTimeout      string   `yaml:"idle-timeout"`
+	Passthrough      string   `yaml:"passthrough"`
 
 	TLSCertFile         string `yaml:"tls-cert-file"`
 	TLSKeyFile          string `yaml:"tls-key-file"`
@@ -139,6 +140,9 @@ func (c Config) validate() []string {
 	}
 	c.Users.validate(add)
 	c.validateTLS(add)
+	if _, err := c.upstream(); err != nil {
+		add("passthrough", err.Error(), "e.g. redis://cache.internal:6379 or rediss://user:pass@host:6380; clients' SELECT picks the database")
+	}
 	switch c.Backend {
 	case "memory":
 	case "quorum":

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/proxy"
 )
 
 func TestSampleConfigIsValid(t *testing.T) {
@@ -96,6 +97,10 @@ func TestValidationMessages(t *testing.T) {
 		{"user both", func(c *Config) { c.Users = userList{{Name: "a", Password: "x", SHA256: strings.Repeat("0", 64)}} }, `users: user "a" has both password and sha256 (keep one)`},
 		{"user bad sha", func(c *Config) { c.Users = userList{{Name: "a", SHA256: "abc"}} }, `users: user "a": sha256 is not 64 hex digits (printf %s PASS | sha256sum gives it)`},
 		{"user space", func(c *Config) { c.Users = userList{{Name: "a b", Password: "x"}} }, `users: user name "a b" has a space or one of > # , (use letters, digits and -_.:@)`},
+		{"passthrough scheme", func(c *Config) { c.Passthrough = "http://cache:6379" }, `passthrough: http://cache:6379 is not a redis:// or rediss:// URL (e.g. redis://cache.internal:6379 or rediss://user:pass@host:6380; clients' SELECT picks the database)`},
+		{"passthrough host only", func(c *Config) { c.Passthrough = "cache:6379" }, `passthrough: cache:6379 is not a redis:// or rediss:// URL (e.g. redis://cache.internal:6379 or rediss://user:pass@host:6380; clients' SELECT picks the database)`},
+		{"passthrough masks", func(c *Config) { c.Passthrough = "http://u:secret@cache:6379" }, `passthrough: http://u:xxxxx@cache:6379 is not a redis:// or rediss:// URL (e.g. redis://cache.internal:6379 or rediss://user:pass@host:6380; clients' SELECT picks the database)`},
+		{"passthrough db", func(c *Config) { c.Passthrough = "redis://cache:6379/2" }, `passthrough: a database in the URL ("/2") is not supported (e.g. redis://cache.internal:6379 or rediss://user:pass@host:6380; clients' SELECT picks the database)`},
 		{"idle timeout", func(c *Config) { c.IdleTimeout = "-5s" }, `idle-timeout: "-5s" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`},
 		{"idle timeout word", func(c *Config) { c.IdleTimeout = "never" }, `idle-timeout: "never" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`},
 	}
@@ -224,5 +229,30 @@ func TestTLSValidation(t *testing.T) {
 	c.QuorumTLS, c.QuorumTLSCACertFile, c.QuorumTLSCertFile, c.QuorumTLSKeyFile = true, f.CA, f.ClientCert, f.ClientKey
 	if probs := c.validate(); len(probs) != 0 {
 		t.Errorf("full TLS with client certificates on 0.0.0.0: validate() = %q; want no problem", probs)
+	}
+}
+
+func TestPassthroughURL(t *testing.T) {
+	for in, want := range map[string]proxy.Upstream{
+		"redis://cache:6379":           {Addr: "cache:6379"},
+		"redis://cache":                {Addr: "cache:6379"},
+		"redis://:pw@cache:1/":         {Addr: "cache:1", Password: "pw"},
+		"redis://app:pw@10.0.0.1:6380": {Addr: "10.0.0.1:6380", Username: "app", Password: "pw"},
+		"redis://pw@cache:1":           {Addr: "cache:1", Password: "pw"},
+	} {
+		c := defaults()
+		c.Passthrough = in
+		up, err := c.upstream()
+		if err != nil || up.Addr != want.Addr || up.Username != want.Username || up.Password != want.Password || up.Dial != nil {
+			t.Errorf("passthrough %s = %+v, %v; want %+v", in, up, err, want)
+		}
+	}
+	c := defaults()
+	c.Passthrough = "rediss://cache:6380"
+	if up, err := c.upstream(); err != nil || up.Dial == nil {
+		t.Errorf("rediss:// = %+v, %v; want a TLS dialer", up, err)
+	}
+	if got := maskURL("redis://app:secret@cache:1"); strings.Contains(got, "secret") {
+		t.Errorf("maskURL = %q; want the password hidden", got)
 	}
 }

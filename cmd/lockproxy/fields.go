@@ -80,6 +80,7 @@ func fields(c *Config) []field {
 		str("quorum-tls-ca-cert-file", "CA that signed the quorum nodes' certificates (PEM; default: system roots)", &c.QuorumTLSCACertFile),
 		str("quorum-tls-cert-file", "client certificate for the quorum nodes (PEM)", &c.QuorumTLSCertFile),
 		str("quorum-tls-key-file", "the key of quorum-tls-cert-file (PEM)", &c.QuorumTLSKeyFile),
+		str("passthrough", "redis:// or rediss:// URL of a Redis that receives every command lockproxy does not serve", &c.Passthrough),
 		str("idle-timeout", "close a client connection idle this long; 0 never", &c.IdleTimeout),
 	}
 }

@@ -83,6 +83,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	up, _ := cfg.upstream() // validated
 	tlsCfg, err := cfg.serverTLS()
 	if err != nil {
 		ln.Close()
@@ -98,7 +99,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	srv := proxy.New(proxy.Config{
 		RequirePass: cfg.RequirePass, Users: cfg.Users.proxyUsers(), MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
-		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, BackendName: cfg.Backend, Logger: log, Registerer: reg,
+		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, Passthrough: up, BackendName: cfg.Backend, Logger: log, Registerer: reg,
 	}, b)
 	if cfg.AdminListen != "" {
 		admin, err := net.Listen("tcp", cfg.AdminListen)
@@ -112,7 +113,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("lockproxy started", "backend", cfg.Backend, "listen", ln.Addr().String(), "nodes", cfg.nodes(),
 		"requirepass", cfg.RequirePass != "", "users", cfg.Users.names(),
-		"tls", tlsCfg != nil, "client_certs", cfg.TLSCACertFile != "", "warnings", warnings)
+		"passthrough", maskURL(cfg.Passthrough), "tls", tlsCfg != nil, "client_certs", cfg.TLSCACertFile != "", "warnings", warnings)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
