@@ -395,13 +395,11 @@ func (a *advisory) readTable(ctx context.Context, k dbKey) (state, string, error
 	return s, string(in), nil
 }
 
-// reapEvery is how often lease rows whose holder session is gone (an
-// instance that died) are deleted.
-const reapEvery = 10 * time.Second
-
+// reapStale deletes, every Config.ReapInterval, the lease rows whose holder
+// session is gone (an instance that died).
 func (a *advisory) reapStale() {
 	defer a.b.wg.Done()
-	t := time.NewTicker(reapEvery)
+	t := time.NewTicker(a.b.cfg.ReapInterval)
 	defer t.Stop()
 	for {
 		select {

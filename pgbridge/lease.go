@@ -186,6 +186,45 @@ func (s *leaseStore) read(ctx context.Context, k dbKey) (state, error) {
 	return state{present: true, token: tok, deadline: addMS(local, *left)}, nil
 }
 
+func newLeaseStore(b *Backend) *leaseStore {
+	s := &leaseStore{b: b}
+	b.wg.Add(1)
+	go s.reap()
+	return s
+}
+
+// reap deletes expired lease rows every Config.ReapInterval, in batches, so the
+// table follows the live locks under acquire/expire churn. A row whose
+// key a transaction has locked right now is left for the next round.
+func (s *leaseStore) reap() {
+	defer s.b.wg.Done()
+	t := time.NewTicker(s.b.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.b.ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			ctx, cancel := context.WithTimeout(s.b.ctx, s.b.cfg.OpTimeout)
+			tag, err := s.b.pool.Exec(ctx, `DELETE FROM `+s.b.table+` WHERE ctid = ANY(ARRAY(
+				SELECT ctid FROM `+s.b.table+` WHERE deadline_ms < `+pgNowMS+` LIMIT 1000))
+				AND deadline_ms < `+pgNowMS+` AND pg_try_advisory_xact_lock(lock_id)`)
+			cancel()
+			if err != nil {
+				if s.b.ctx.Err() == nil {
+					s.b.log.Warn("pgbridge: reaping expired leases", "err", err)
+				}
+				break
+			}
+			if tag.RowsAffected() < 1000 {
+				break
+			}
+		}
+	}
+}
+
 func (s *leaseStore) check(ctx context.Context) error { return s.b.pool.Ping(ctx) }
 
 func (s *leaseStore) close() {}

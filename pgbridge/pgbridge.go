@@ -51,6 +51,10 @@ type Config struct {
 	// that takes longer closes that connection, which releases its locks:
 	// a holder never waits on a client's deadline. default: 5s
 	OpTimeout time.Duration
+	// ReapInterval is how often lease rows that mean nothing any more are
+	// deleted: expired ones (lease) and those whose holder session is gone
+	// (advisory). default: 10s
+	ReapInterval time.Duration
 	// Runner runs EVAL scripts. default: luascripts.New with its defaults
 	Runner *luascripts.Runner
 	// Logger receives holder losses and reconnects. default: discard
@@ -165,6 +169,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 5 * time.Second
 	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = 10 * time.Second
+	}
 	if cfg.Runner == nil {
 		cfg.Runner = luascripts.New(luascripts.Config{})
 	}
@@ -209,7 +216,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Strategy == Advisory {
 		b.store, err = newAdvisory(ctx, b)
 	} else {
-		b.store = &leaseStore{b: b}
+		b.store = newLeaseStore(b)
 	}
 	if err != nil {
 		b.cancel()
