@@ -96,6 +96,29 @@ func (b *Backend) Exists(ctx context.Context, db int, keys []string) (int64, err
 	return n, nil
 }
 
+// writeKey runs op on one key; when another instance holds the key, req
+// goes to that instance and its answer is taken with reply.
+func writeKey[T any](b *Backend, ctx context.Context, k dbKey, op func(ks backend.KeySpace) (T, error),
+	req *routeReq, reply func(*routeReply) T) (T, error) {
+	var v T
+	err := b.write(ctx, []dbKey{k}, func(ks backend.KeySpace) (err error) {
+		v, err = op(ks)
+		return err
+	})
+	var h *heldError
+	if !errors.As(err, &h) {
+		return v, err
+	}
+	req.DB, req.Key = k.db, []byte(k.key)
+	rep, err := b.route(ctx, h, req)
+	if err != nil {
+		return v, err
+	}
+	return reply(rep), rep.error()
+}
+
+func replyOK(r *routeReply) bool { return r.OK }
+
 // Del implements backend.KeySpace. Each key is deleted on its own (a
 // multi-key DEL is not atomic across its keys; no lock library relies on
 // that).
@@ -105,19 +128,9 @@ func (b *Backend) Del(ctx context.Context, db int, keys []string) (int64, error)
 	}
 	var n int64
 	for _, key := range keys {
-		var d int64
-		err := b.write(ctx, []dbKey{{db, key}}, func(ks backend.KeySpace) (err error) {
-			d, err = ks.Del(ctx, db, []string{key})
-			return err
-		})
-		var h *heldError
-		if errors.As(err, &h) {
-			rep, rerr := b.route(ctx, h, &routeReq{Op: "del", DB: db, Key: []byte(key)})
-			if rerr != nil {
-				return 0, rerr
-			}
-			d, err = rep.N, rep.error()
-		}
+		d, err := writeKey(b, ctx, dbKey{db, key}, func(ks backend.KeySpace) (int64, error) {
+			return ks.Del(ctx, db, []string{key})
+		}, &routeReq{Op: "del"}, func(r *routeReply) int64 { return r.N })
 		if err != nil {
 			return 0, err
 		}
@@ -131,20 +144,9 @@ func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Co
 	if err := checkDB(db); err != nil {
 		return false, err
 	}
-	var ok bool
-	err := b.write(ctx, []dbKey{{db, key}}, func(ks backend.KeySpace) (err error) {
-		ok, err = ks.DelIf(ctx, db, key, cond, match)
-		return err
-	})
-	var h *heldError
-	if errors.As(err, &h) {
-		rep, err := b.route(ctx, h, &routeReq{Op: "delif", DB: db, Key: []byte(key), Cond: cond, Match: match})
-		if err != nil {
-			return false, err
-		}
-		return rep.OK, rep.error()
-	}
-	return ok, err
+	return writeKey(b, ctx, dbKey{db, key}, func(ks backend.KeySpace) (bool, error) {
+		return ks.DelIf(ctx, db, key, cond, match)
+	}, &routeReq{Op: "delif", Cond: cond, Match: match}, replyOK)
 }
 
 // Expire implements backend.KeySpace.
@@ -152,20 +154,9 @@ func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expi
 	if err := checkDB(db); err != nil {
 		return false, err
 	}
-	var ok bool
-	err := b.write(ctx, []dbKey{{db, key}}, func(ks backend.KeySpace) (err error) {
-		ok, err = ks.Expire(ctx, db, key, e, cond)
-		return err
-	})
-	var h *heldError
-	if errors.As(err, &h) {
-		rep, err := b.route(ctx, h, &routeReq{Op: "expire", DB: db, Key: []byte(key), Expiry: e, ECond: cond})
-		if err != nil {
-			return false, err
-		}
-		return rep.OK, rep.error()
-	}
-	return ok, err
+	return writeKey(b, ctx, dbKey{db, key}, func(ks backend.KeySpace) (bool, error) {
+		return ks.Expire(ctx, db, key, e, cond)
+	}, &routeReq{Op: "expire", Expiry: e, ECond: cond}, replyOK)
 }
 
 // Persist implements backend.KeySpace.
@@ -173,20 +164,9 @@ func (b *Backend) Persist(ctx context.Context, db int, key string) (bool, error)
 	if err := checkDB(db); err != nil {
 		return false, err
 	}
-	var ok bool
-	err := b.write(ctx, []dbKey{{db, key}}, func(ks backend.KeySpace) (err error) {
-		ok, err = ks.Persist(ctx, db, key)
-		return err
-	})
-	var h *heldError
-	if errors.As(err, &h) {
-		rep, err := b.route(ctx, h, &routeReq{Op: "persist", DB: db, Key: []byte(key)})
-		if err != nil {
-			return false, err
-		}
-		return rep.OK, rep.error()
-	}
-	return ok, err
+	return writeKey(b, ctx, dbKey{db, key}, func(ks backend.KeySpace) (bool, error) {
+		return ks.Persist(ctx, db, key)
+	}, &routeReq{Op: "persist"}, replyOK)
 }
 
 // MSet implements backend.KeySpace. MSETNX over a key held elsewhere

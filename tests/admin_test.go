@@ -29,16 +29,7 @@ func TestAdminEndpoints(t *testing.T) {
 	addr := testsrv.StartLockproxy(t, proxy.Config{Registerer: reg, BackendName: "quorum"}, b)
 	admin := httptest.NewServer(proxy.AdminHandler(reg, b))
 	defer admin.Close()
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(admin.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	get := func(path string) (int, string) { t.Helper(); return httpGet(t, admin.URL+path) }
 
 	c := dialRESP(t, addr)
 	for _, cmd := range [][]string{{"SET", "m", "a", "NX", "PX", "10000"}, {"SET", "m", "b", "NX", "PX", "10000"}, {"NOSUCH"}, {"GET", "m"}} {
@@ -81,4 +72,16 @@ func TestAdminEndpoints(t *testing.T) {
 	if r, _ := c.do("SET", "m2", "a", "NX", "PX", "10000"); !strings.HasPrefix(r, "-TRYAGAIN quorum not reached: 1 of 3") {
 		t.Errorf("SET with one node of three = %q; want TRYAGAIN", r)
 	}
+}
+
+// httpGet fetches url and returns the status code and the body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

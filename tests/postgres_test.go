@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -381,16 +379,7 @@ func TestPostgresAdmin(t *testing.T) {
 	c := pgClient(t, testsrv.StartLockproxy(t, proxy.Config{Registerer: reg, BackendName: "postgres"}, b))
 	admin := httptest.NewServer(proxy.AdminHandler(reg, b))
 	defer admin.Close()
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(admin.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	get := func(path string) (int, string) { t.Helper(); return httpGet(t, admin.URL+path) }
 	ctx := t.Context()
 	for _, k := range []string{"adm:a", "adm:b"} {
 		if err := c.SetArgs(ctx, k, "tok", redis.SetArgs{Mode: "NX", TTL: time.Minute}).Err(); err != nil {
