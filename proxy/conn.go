@@ -273,7 +273,10 @@ func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
 	defer cancel()
 	v, err := kc.Exec(ctx, cl.s.b, cl.db, args)
 	if err != nil {
-		return cl.errorValue(kc.Name, err)
+		v = cl.errorValue(kc.Name, err)
+	}
+	if cl.s.metrics != nil {
+		cl.s.metrics.locks.observe(kc.Name, args, v)
 	}
 	return v
 }

@@ -18,6 +18,7 @@ import (
 // come from the command tables, anything else is "unknown".
 type metrics struct {
 	byCmd map[string]*cmdMetrics
+	locks *lockMetrics
 }
 
 // cmdMetrics are one command's pre-resolved series, so the hot path does
@@ -47,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	}, func() float64 { return float64(s.scripts.len()) })
 	reg.MustRegister(commands, duration, clients, scripts)
 
-	m := &metrics{byCmd: map[string]*cmdMetrics{}}
+	m := &metrics{byCmd: map[string]*cmdMetrics{}, locks: newLockMetrics(reg, s.b)}
 	names := append([]string{"unknown", "passthrough"}, keyCommandNames...)
 	for n := range commandsTable() {
 		names = append(names, n)

@@ -1,0 +1,88 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// HeldLocksCounter is implemented by a Backend that can count the live
+// keys (held locks) it stores without scanning them; the proxy then
+// exports lockproxy_locks_held. A Backend need not import proxy to
+// implement it.
+type HeldLocksCounter interface {
+	HeldLocks() int64
+}
+
+// ExpiryCounter is implemented by a Backend that knows how many keys
+// reached their expiry (locks that ended by TTL rather than by release);
+// the proxy then exports lockproxy_lock_expiries_total.
+type ExpiryCounter interface {
+	ExpiredLocks() uint64
+}
+
+// lockMetrics count acquisitions seen as commands: SET … NX and SETNX,
+// outside MULTI. Acquisitions inside scripts (node redlock,
+// bsm/redislock, redis-semaphore) are a script's business and are counted
+// only by lockproxy_commands_total.
+type lockMetrics struct {
+	acquired, contended, failed prometheus.Counter
+}
+
+func newLockMetrics(reg prometheus.Registerer, b backend.Backend) *lockMetrics {
+	acq := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockproxy_lock_acquisitions_total",
+		Help: "Acquire commands (SET … NX, SETNX) by outcome: acquired, contended (the lock is held: NX refused), failed (an error, TRYAGAIN included).",
+	}, []string{"outcome"})
+	reg.MustRegister(acq)
+	if c, ok := b.(HeldLocksCounter); ok {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lockproxy_locks_held",
+			Help: "Live keys (held locks) in the backend, every database.",
+		}, func() float64 { return float64(c.HeldLocks()) }))
+	}
+	if c, ok := b.(ExpiryCounter); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "lockproxy_lock_expiries_total",
+			Help: "Keys (locks) that ended by reaching their expiry.",
+		}, func() float64 { return float64(c.ExpiredLocks()) }))
+	}
+	return &lockMetrics{
+		acquired:  acq.WithLabelValues("acquired"),
+		contended: acq.WithLabelValues("contended"),
+		failed:    acq.WithLabelValues("failed"),
+	}
+}
+
+// observe counts the reply v to the key command name with args when it is
+// an acquisition.
+func (m *lockMetrics) observe(name string, args [][]byte, v backend.Value) {
+	switch name {
+	case "setnx":
+	case "set":
+		nx := false
+		for _, a := range args[3:] {
+			switch {
+			case strings.EqualFold(string(a), "nx"):
+				nx = true
+			case strings.EqualFold(string(a), "get"):
+				return // SET … NX GET answers the old value: not an acquire reply
+			}
+		}
+		if !nx {
+			return
+		}
+	default:
+		return
+	}
+	switch {
+	case v.Kind == backend.KindError:
+		m.failed.Inc()
+	case v.IsNil() || (v.Kind == backend.KindInt && v.Int == 0):
+		m.contended.Inc()
+	default:
+		m.acquired.Inc()
+	}
+}
