@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -515,5 +516,40 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 				t.Fatalf("counter = %d after %d confirmed cycles: two workers held the lock at once", counter.Load(), cycles.Load())
 			}
 		})
+	}
+}
+
+// TestPostgresTLS: the postgres backend reaches PostgreSQL over TLS with
+// the DSN's own settings (sslmode=verify-full, sslrootcert), and refuses a
+// server whose certificate another CA signed.
+func TestPostgresTLS(t *testing.T) {
+	t.Parallel()
+	files := testsrv.NewTLSFiles(t)
+	pg := testsrv.StartPostgresTLS(t, files)
+	dsn := pg.NewDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("sslmode", "verify-full")
+	q.Set("sslrootcert", files.CA)
+	u.RawQuery = q.Encode()
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		c := pgClient(t, startPostgresProxyOn(t, u.String(), strategy))
+		if err := c.SetArgs(t.Context(), "tls:"+strategy, "tok", redis.SetArgs{Mode: "NX", TTL: time.Minute}).Err(); err != nil {
+			t.Fatalf("%s over TLS: SET NX = %v", strategy, err)
+		}
+	}
+	sql := pgConn(t, u.String())
+	var ssl bool
+	if err := sql.QueryRow(t.Context(), `SELECT bool_and(ssl) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid)
+		WHERE application_name LIKE 'lockproxy holder %'`).Scan(&ssl); err != nil || !ssl {
+		t.Fatalf("holder sessions use TLS = %v, %v", ssl, err)
+	}
+	q.Set("sslrootcert", files.OtherCA)
+	u.RawQuery = q.Encode()
+	if _, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: u.String()}); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("New against a server of another CA = %v; want a certificate error", err)
 	}
 }

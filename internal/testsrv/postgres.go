@@ -37,6 +37,7 @@ type Postgres struct {
 	bin     string // directory of postgres, initdb
 	dir     string
 	cred    *syscall.Credential
+	extra   []string // more server arguments (TLS)
 	mu      sync.Mutex
 	proc    *process
 	dbCount atomic.Int64
@@ -59,7 +60,7 @@ func SharedPostgres(t testing.TB) *Postgres {
 	}
 	bin := pgBin(t)
 	shared.once.Do(func() {
-		shared.pg, shared.err = startPostgres(bin)
+		shared.pg, shared.err = startPostgres(bin, nil)
 		if shared.err == nil {
 			shared.pg.cleanAfterExit()
 		}
@@ -75,7 +76,19 @@ func SharedPostgres(t testing.TB) *Postgres {
 // ends.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
-	p, err := startPostgres(pgBin(t))
+	return startOwn(t, nil)
+}
+
+// StartPostgresTLS starts a cluster of the test's own that accepts TLS
+// with f's server certificate (clients verify it against f.CA).
+func StartPostgresTLS(t testing.TB, f *TLSFiles) *Postgres {
+	t.Helper()
+	return startOwn(t, f)
+}
+
+func startOwn(t testing.TB, f *TLSFiles) *Postgres {
+	t.Helper()
+	p, err := startPostgres(pgBin(t), f)
 	if err != nil {
 		t.Fatalf("start PostgreSQL: %v", err)
 	}
@@ -106,7 +119,7 @@ func pgMajor(path string) int {
 // startPostgres runs initdb into a new directory and starts the server on a
 // free loopback port. initdb refuses to run as root, so as root the cluster
 // belongs to the postgres user.
-func startPostgres(bin string) (*Postgres, error) {
+func startPostgres(bin string, tlsFiles *TLSFiles) (*Postgres, error) {
 	dir, err := os.MkdirTemp("", "lockproxy-pg-")
 	if err != nil {
 		return nil, err
@@ -132,6 +145,24 @@ func startPostgres(bin string) (*Postgres, error) {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	if tlsFiles != nil {
+		// PostgreSQL reads them as its own user and wants the key private.
+		for _, c := range [][2]string{{tlsFiles.Cert, "server.crt"}, {tlsFiles.Key, "server.key"}} {
+			data, err := os.ReadFile(c[0])
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, c[1]), data, 0o600)
+			}
+			if err == nil && p.cred != nil {
+				err = os.Chown(filepath.Join(dir, c[1]), int(p.cred.Uid), int(p.cred.Gid))
+			}
+			if err != nil {
+				os.RemoveAll(dir)
+				return nil, err
+			}
+		}
+		p.extra = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + filepath.Join(dir, "server.crt"),
+			"-c", "ssl_key_file=" + filepath.Join(dir, "server.key")}
 	}
 	var lastErr error
 	for range startAttempts {
@@ -168,9 +199,9 @@ func (p *Postgres) Start() error {
 	}
 	// fsync off: a test cluster needs no durability, and the tests must
 	// not wait on the disk. Everything else is PostgreSQL's default.
-	cmd := p.command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.dir, "data"),
-		"-p", strconv.Itoa(p.Port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+p.dir,
-		"-c", "fsync=off", "-c", "max_connections=300", "-c", "log_min_messages=warning")
+	cmd := p.command(filepath.Join(p.bin, "postgres"), append([]string{"-D", filepath.Join(p.dir, "data"),
+		"-p", strconv.Itoa(p.Port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + p.dir,
+		"-c", "fsync=off", "-c", "max_connections=300", "-c", "log_min_messages=warning"}, p.extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
