@@ -218,6 +218,7 @@ func (s *leaseStore) reap() {
 				}
 				break
 			}
+			s.b.expired.Add(uint64(tag.RowsAffected()))
 			if tag.RowsAffected() < 1000 {
 				break
 			}

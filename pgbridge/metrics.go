@@ -1,7 +1,9 @@
 package pgbridge
 
 import (
+	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -57,6 +59,28 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(a.router.sent.Load()), "sent")
 	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(a.router.served.Load()), "served")
 }
+
+// HeldLocks counts the locks held: this instance's leases (advisory), or
+// the live rows of the lease table (lease; the last count that succeeded
+// when PostgreSQL does not answer within a second). The proxy exports it
+// as lockproxy_locks_held.
+func (b *Backend) HeldLocks() int64 {
+	if a, ok := b.store.(*advisory); ok {
+		return a.rows.Load()
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, time.Second)
+	defer cancel()
+	var n int64
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE deadline_ms IS NULL OR deadline_ms > `+pgNowMS).Scan(&n); err == nil {
+		b.heldLast.Store(n)
+	}
+	return b.heldLast.Load()
+}
+
+// ExpiredLocks counts the locks that ended at their deadline: released by
+// this instance's timers (advisory), or reaped from the table by this
+// instance (lease). The proxy exports it as lockproxy_lock_expiries_total.
+func (b *Backend) ExpiredLocks() uint64 { return b.expired.Load() }
 
 // routeCounts are the router's counters.
 type routeCounts struct {

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -74,6 +75,9 @@ type Backend struct {
 	seed     maphash.Seed
 	stripes  [numStripes]stripe
 	store    strategy
+
+	expired  atomic.Uint64 // locks that ended at their deadline (ExpiredLocks)
+	heldLast atomic.Int64  // the last count of live leases (lease strategy)
 
 	ctx    context.Context // ends at Close: background work
 	cancel context.CancelFunc

@@ -390,11 +390,26 @@ func TestPostgresAdmin(t *testing.T) {
 	if n, err := c.Eval(ctx, releaseScript, []string{"adm:b"}, "tok").Int(); n != 1 || err != nil {
 		t.Fatalf("release = %d, %v", n, err)
 	}
+	if err := c.SetArgs(ctx, "adm:ttl", "tok", redis.SetArgs{Mode: "NX", TTL: 100 * time.Millisecond}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); ; {
+		_, m := get("/metrics")
+		if strings.Contains(m, "lockproxy_lock_expiries_total 1") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("lockproxy_lock_expiries_total did not reach 1 after a 100ms lock ended")
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the expiry
+	}
 	_, metrics := get("/metrics")
 	for _, want := range []string{
 		"lockproxy_postgres_holders 2",
 		"lockproxy_postgres_holders_up 2",
 		"lockproxy_postgres_leases_held 1",
+		"lockproxy_locks_held 1",
+		`lockproxy_lock_acquisitions_total{outcome="acquired"} 3`,
 		"lockproxy_postgres_holder_sessions_lost_total 0",
 		`lockproxy_postgres_pool_connections{state="total"}`,
 	} {
