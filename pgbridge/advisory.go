@@ -219,17 +219,6 @@ func (t *advTx) rollback() {
 	t.fresh = nil
 }
 
-func scanUnlock(r pgx.Row) error {
-	var ok bool
-	if err := r.Scan(&ok); err != nil {
-		return err
-	}
-	if !ok {
-		return errors.New("pg_advisory_unlock: the holder session did not hold the lock")
-	}
-	return nil
-}
-
 // commit writes what changed: a lease row for a key that came to be, an
 // update for one that changed, and for one that is gone its row deleted
 // and its lock released.
