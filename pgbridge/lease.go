@@ -34,8 +34,12 @@ type leaseTx struct {
 	conn   *pgxpool.Conn
 	keys   []dbKey
 	states map[dbKey]state
-	local  int64 // this process's clock (Unix ms) when PostgreSQL's now() was read
-	pgNow  time.Time
+	// PostgreSQL's now() (the transaction's start) lies between sent and
+	// local on this process's clock (Unix ms). Loaded deadlines count from
+	// local and stored ones from sent, so that a lock may end a round trip
+	// late, never early.
+	sent, local int64
+	pgNow       time.Time
 }
 
 func (t *leaseTx) before() map[dbKey]state { return t.states }
@@ -80,6 +84,7 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 		pb.Queue(`SELECT token, deadline_ms - `+pgNowMS+`
 			FROM `+t.s.b.table+` WHERE db = $1 AND key = $2 FOR UPDATE`, k.db, []byte(k.key))
 	}
+	t.sent = nowMS()
 	br := t.conn.SendBatch(ctx, &pb)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -134,7 +139,7 @@ func (t *leaseTx) commit(ctx context.Context, after map[dbKey]state) error {
 		}
 		var left any
 		if s.deadline != 0 {
-			left = s.deadline - t.local
+			left = s.deadline - t.sent
 		}
 		pb.Queue(`INSERT INTO `+t.s.b.table+` (db, key, lock_id, token, deadline_ms, holder)
 			VALUES ($1::int, $2, hashtextextended($3::text, $1::int::bigint), $4,
