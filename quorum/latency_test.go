@@ -14,16 +14,51 @@ import (
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
-// slowConn delays every read from one node: network latency injected
-// through Config.Dialer, the way a fault proxy would.
+// slowConn delays every byte read from one node by delay: one-way network
+// latency injected through Config.Dialer, the way a fault proxy would. (A
+// delay before each Read would not do: a reader already blocked in Read
+// when the reply arrives would get it at once.)
 type slowConn struct {
 	net.Conn
 	delay time.Duration
+	in    chan chunk
+	buf   []byte
+	err   error
+}
+
+type chunk struct {
+	data []byte
+	at   time.Time
+	err  error
+}
+
+func newSlowConn(c net.Conn, delay time.Duration) *slowConn {
+	s := &slowConn{Conn: c, delay: delay, in: make(chan chunk, 1024)}
+	go func() {
+		for {
+			b := make([]byte, 32<<10)
+			n, err := c.Read(b)
+			s.in <- chunk{data: b[:n], at: time.Now().Add(delay), err: err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return s
 }
 
 func (c *slowConn) Read(p []byte) (int, error) {
-	time.Sleep(c.delay) // injected latency, not synchronisation
-	return c.Conn.Read(p)
+	for len(c.buf) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		ch := <-c.in
+		time.Sleep(time.Until(ch.at)) // injected latency, not synchronisation
+		c.buf, c.err = ch.data, ch.err
+	}
+	n := copy(p, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
 }
 
 // TestSlowNodeBeyondValidity: one node answers 150ms late, the TTL is 100ms.
@@ -40,7 +75,7 @@ func TestSlowNodeBeyondValidity(t *testing.T) {
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := d.DialContext(ctx, network, addr)
 			if err == nil && addr == slow {
-				c = &slowConn{Conn: c, delay: 150 * time.Millisecond}
+				c = newSlowConn(c, 150*time.Millisecond)
 			}
 			return c, err
 		},

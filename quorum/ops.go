@@ -3,23 +3,20 @@ package quorum
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // setScript is SET with every condition of the model, run on each node so
-// that IFEQ/IFNE work on Redis 7 too. ARGV: token, cond (always, nx, xx,
-// eq, ne), match, expiry mode (none, px, pxat, keepttl), expiry value.
-// It answers {written, had a previous value, the previous value}.
-var setScript = redis.NewScript(`local cur = redis.call('get', KEYS[1])
+// that IFEQ/IFNE and GET work on Redis 7 too. ARGV: token, cond (always,
+// nx, xx, eq, ne), match, expiry mode (none, px, pxat, keepttl), expiry
+// value. It answers {written, had a previous value, the previous value}.
+// The common forms without GET are sent as a plain SET.
+var setScript = newNodeScript(`local cur = redis.call('get', KEYS[1])
 local c = ARGV[2]
 local go = c == 'always' or (c == 'nx' and not cur) or (c == 'xx' and cur ~= false) or
   (c == 'eq' and cur == ARGV[3]) or (c == 'ne' and cur ~= ARGV[3])
@@ -34,7 +31,7 @@ return {1, had, cur}`)
 
 // delIfScript deletes KEYS[1] when its token compares as ARGV[2] (eq, ne)
 // with ARGV[1]; the owner-checked delete of a release and of an undo.
-var delIfScript = redis.NewScript(`local v = redis.call('get', KEYS[1])
+var delIfScript = newNodeScript(`local v = redis.call('get', KEYS[1])
 if v and ((ARGV[2] == 'eq') == (v == ARGV[1])) then return redis.call('del', KEYS[1]) end
 return 0`)
 
@@ -43,24 +40,77 @@ func condName(c backend.Cond) string {
 		backend.IfEqual: "eq", backend.IfNotEqual: "ne"}[c]
 }
 
-// setResult is one node's answer to setScript.
+// runScript encodes one of the proxy's scripts: EVALSHA, or EVAL when
+// eval is set.
+func (c *cmdBuf) runScript(s *nodeScript, eval bool, keys []string, args ...[]byte) {
+	c.cmd(3 + len(keys) + len(args))
+	if eval {
+		c.arg("eval")
+		c.arg(s.src)
+	} else {
+		c.arg("evalsha")
+		c.arg(s.sha)
+	}
+	c.argInt(int64(len(keys)))
+	for _, k := range keys {
+		c.arg(k)
+	}
+	for _, a := range args {
+		c.argBytes(a)
+	}
+}
+
+// scriptFallback answers a node that did not know the script (NOSCRIPT:
+// its script cache was flushed) with the same request by EVAL.
+func scriptFallback(s *nodeScript, keys []string, args ...[]byte) func(int, nodeReply) *req {
+	return func(_ int, r nodeReply) *req {
+		if r.err != nil || len(r.vals) != 1 || !noScript(r.vals[0]) {
+			return nil
+		}
+		nr := &req{}
+		nr.cmds.runScript(s, true, keys, args...)
+		return nr
+	}
+}
+
+func noScript(v backend.Value) bool {
+	return v.Kind == backend.KindError && bytes.HasPrefix(v.Str, []byte("NOSCRIPT"))
+}
+
+// same sends every node the same request.
+func same(r *req) func(int) *req { return func(int) *req { return r } }
+
+// one returns a node's only reply; ok is false for a node failure.
+func one(r nodeReply) (backend.Value, bool) {
+	if r.err != nil || len(r.vals) == 0 {
+		return backend.Value{}, false
+	}
+	return r.vals[0], true
+}
+
+// setResult is one node's answer to a SET.
 type setResult struct {
 	written, had bool
 	prev         []byte
 }
 
-func parseSet(v any) (setResult, bool) {
-	a, ok := v.([]any)
-	if !ok || len(a) < 2 {
+// parseSet reads a node's reply to setScript or to a plain SET.
+func parseSet(v backend.Value, plain bool) (setResult, bool) {
+	if plain {
+		switch v.Kind {
+		case backend.KindStatus:
+			return setResult{written: true}, true
+		case backend.KindNil:
+			return setResult{}, true
+		}
 		return setResult{}, false
 	}
-	w, _ := a[0].(int64)
-	h, _ := a[1].(int64)
-	r := setResult{written: w == 1, had: h == 1}
-	if len(a) > 2 {
-		if s, ok := a[2].(string); ok {
-			r.prev = []byte(s)
-		}
+	if v.Kind != backend.KindArray || len(v.Elems) < 2 {
+		return setResult{}, false
+	}
+	r := setResult{written: v.Elems[0].Int == 1, had: v.Elems[1].Int == 1}
+	if len(v.Elems) > 2 && v.Elems[2].Kind == backend.KindBulk {
+		r.prev = v.Elems[2].Str
 	}
 	return r, true
 }
@@ -68,31 +118,69 @@ func parseSet(v any) (setResult, bool) {
 // Set implements backend.KeySpace. An acquire (NX with an expiry) gets
 // Redlock's validity check and owner-checked undo.
 func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
-	mode, val := "none", ""
+	mode, val := "none", int64(0)
 	var ttl time.Duration
 	switch {
 	case o.KeepTTL:
 		mode = "keepttl"
 	case !o.Expiry.At.IsZero():
-		mode, val = "pxat", strconv.FormatInt(o.Expiry.At.UnixMilli(), 10)
+		mode, val = "pxat", o.Expiry.At.UnixMilli()
 		ttl = time.Until(o.Expiry.At)
 	case o.Expiry.TTL > 0:
-		mode, val = "px", strconv.FormatInt(o.Expiry.TTL.Milliseconds(), 10)
+		mode, val = "px", o.Expiry.TTL.Milliseconds()
 		ttl = o.Expiry.TTL
+	}
+	plain := !o.Get && (o.Cond == backend.Always || o.Cond == backend.IfAbsent || o.Cond == backend.IfPresent)
+	r := &req{}
+	var again func(int, nodeReply) *req
+	if plain {
+		argc := 3
+		if o.Cond != backend.Always {
+			argc++
+		}
+		switch mode {
+		case "px", "pxat":
+			argc += 2
+		case "keepttl":
+			argc++
+		}
+		r.cmds.cmd(argc)
+		r.cmds.arg("set")
+		r.cmds.arg(key)
+		r.cmds.argBytes(token)
+		switch o.Cond {
+		case backend.IfAbsent:
+			r.cmds.arg("nx")
+		case backend.IfPresent:
+			r.cmds.arg("xx")
+		}
+		switch mode {
+		case "px", "pxat":
+			r.cmds.arg(mode)
+			r.cmds.argInt(val)
+		case "keepttl":
+			r.cmds.arg(mode)
+		}
+	} else {
+		args := [][]byte{token, []byte(condName(o.Cond)), o.Match, []byte(mode), strconv.AppendInt(nil, val, 10)}
+		r.cmds.runScript(setScript, false, []string{key}, args...)
+		again = scriptFallback(setScript, []string{key}, args...)
 	}
 	defer b.lockKeys(key)()
 	start := time.Now()
-	answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) {
-		return c.script(ctx, setScript, []string{key}, string(token), condName(o.Cond), string(o.Match), mode, val)
-	})
+	replies := b.fanout(ctx, db, same(r), again)
 	elapsed := time.Since(start)
 
 	var wrote, refused int
-	results := make([]setResult, 0, len(answers))
-	for _, a := range answers {
-		if r, ok := parseSet(a.v); ok && a.err == nil {
-			results = append(results, r)
-			if r.written {
+	results := make([]setResult, 0, len(replies))
+	for _, nr := range replies {
+		v, ok := one(nr)
+		if !ok {
+			continue
+		}
+		if sr, ok := parseSet(v, plain); ok {
+			results = append(results, sr)
+			if sr.written {
 				wrote++
 			} else {
 				refused++
@@ -105,15 +193,16 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	// is gone at once.
 	valid := true
 	if o.Cond == backend.IfAbsent && (mode == "px" || mode == "pxat") && ttl > 0 {
-		drift := time.Duration(float64(ttl)*b.cfg.DriftFactor) + b.cfg.DriftConst
-		valid = elapsed+drift < ttl
+		valid = elapsed+b.drift(ttl) < ttl
 	}
 	res := backend.SetResult{}
 	if o.Get {
 		prev, had, ok := b.votePrev(results)
 		if !ok {
-			b.undoIfAcquire(ctx, db, key, token, o)
-			return backend.SetResult{}, b.errNoQuorum(answers)
+			if o.Cond == backend.IfAbsent {
+				b.undo(ctx, db, key, token)
+			}
+			return backend.SetResult{}, b.errNoQuorum(replies)
 		}
 		res.Prev, res.HadPrev = prev, had
 	}
@@ -136,115 +225,84 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	if refused >= len(b.nodes)-b.q+1 {
 		return res, nil // certainly not ours: held elsewhere
 	}
-	return backend.SetResult{}, b.errNoQuorum(answers)
+	return backend.SetResult{}, b.errNoQuorum(replies)
 }
 
-func (b *Backend) undoIfAcquire(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) {
-	if o.Cond == backend.IfAbsent {
-		b.undo(ctx, db, key, token)
-	}
+// drift is the clock-drift allowance of a lock of ttl.
+func (b *Backend) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*b.cfg.DriftFactor) + b.cfg.DriftConst
 }
 
 // undo deletes key on every node where it still holds token, under a
-// context of its own: the client's may be the one that ran out.
+// context of its own: the client's may be the one that ran out. On each
+// node the delete runs after the acquire it undoes (one ordered stream per
+// node); one whose outcome stays unknown is sent again when the node's
+// connection is replaced.
 func (b *Backend) undo(ctx context.Context, db int, key string, token []byte) {
-	ctx = context.WithoutCancel(ctx)
-	b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) {
-		return c.script(ctx, delIfScript, []string{key}, string(token), "eq")
-	})
+	r := &req{undo: []undoRec{{key: key, token: string(token)}}}
+	r.cmds.runScript(delIfScript, false, []string{key}, token, []byte("eq"))
+	b.fanout(context.WithoutCancel(ctx), db, same(r), scriptFallback(delIfScript, []string{key}, token, []byte("eq")))
 }
 
 // votePrev returns the previous value Q nodes agree on.
 func (b *Backend) votePrev(results []setResult) ([]byte, bool, bool) {
-	count := map[string]int{}
-	for _, r := range results {
-		k := "-"
-		if r.had {
-			k = "+" + string(r.prev)
+	for i, r := range results {
+		n := 0
+		for _, o := range results[i:] {
+			if o.had == r.had && (!r.had || bytes.Equal(o.prev, r.prev)) {
+				n++
+			}
 		}
-		count[k]++
-		if count[k] >= b.q {
+		if n >= b.q {
 			return r.prev, r.had, true
 		}
 	}
 	return nil, false, false
 }
 
-// voteValue returns the reply Q nodes agree on; node errors that are Redis
-// error replies count as replies.
-func (b *Backend) voteValue(answers []answer) (backend.Value, bool) {
-	count := map[string]int{}
-	for _, a := range answers {
-		v, ok := toValue(a)
-		if !ok {
+// voteValue returns the reply Q nodes agree on; error replies count as
+// replies, node failures do not.
+func (b *Backend) voteValue(vals []backend.Value, ok []bool) (backend.Value, bool) {
+	for i, v := range vals {
+		if !ok[i] {
 			continue
 		}
-		k := v.String()
-		count[k]++
-		if count[k] >= b.q {
+		n := 0
+		for j := i; j < len(vals); j++ {
+			if ok[j] && sameValue(vals[j], v) {
+				n++
+			}
+		}
+		if n >= b.q {
 			return v, true
 		}
 	}
 	return backend.Value{}, false
 }
 
-// toValue converts a node's answer to a reply; ok is false for a node
-// failure.
-func toValue(a answer) (backend.Value, bool) {
-	var rerr redis.Error
-	switch {
-	case a.err == nil:
-		return convert(a.v), true
-	case errors.Is(a.err, redis.Nil):
-		return backend.NilValue, true
-	case errors.As(a.err, &rerr) && !isTransient(a.err):
-		return backend.ErrorValue(rerr.Error()), true
+// voteOne votes on the nodes' only replies.
+func (b *Backend) voteOne(replies []nodeReply) (backend.Value, bool) {
+	vals := make([]backend.Value, len(replies))
+	ok := make([]bool, len(replies))
+	for i, r := range replies {
+		vals[i], ok[i] = one(r)
 	}
-	return backend.Value{}, false
+	return b.voteValue(vals, ok)
 }
 
-// isTransient reports node errors that are about the node, not the
-// command: it is loading, read-only, or busy with a script.
-func isTransient(err error) bool {
-	s := err.Error()
-	for _, p := range []string{"LOADING", "READONLY", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"} {
-		if len(s) >= len(p) && s[:len(p)] == p {
-			return true
-		}
-	}
-	return false
-}
-
-func convert(v any) backend.Value {
-	switch x := v.(type) {
-	case backend.Value:
-		return x
-	case scriptRun:
-		return x.v
-	case nil:
-		return backend.NilValue
-	case int64:
-		return backend.Int(x)
-	case string:
-		return backend.BulkString(x)
-	case []any:
-		out := make([]backend.Value, len(x))
-		for i, e := range x {
-			out[i] = convert(e)
-		}
-		return backend.Array(out...)
-	case redis.Error:
-		return backend.ErrorValue(x.Error())
-	}
-	return backend.ErrorValue("ERR lockproxy: unexpected node reply")
+// do runs one command on every node.
+func (b *Backend) do(ctx context.Context, db int, args ...string) []nodeReply {
+	r := &req{}
+	r.cmds.strs(args...)
+	return b.fanout(ctx, db, same(r), nil)
 }
 
 // voteInt runs an integer command everywhere and returns what Q nodes said.
-func (b *Backend) voteInt(ctx context.Context, db int, op func(ctx context.Context, c nodeConn) (any, error)) (int64, error) {
-	answers := b.fanout(ctx, db, op)
-	v, ok := b.voteValue(answers)
+func (b *Backend) voteInt(ctx context.Context, db int, args ...string) (int64, error) {
+	replies := b.do(ctx, db, args...)
+	v, ok := b.voteOne(replies)
 	if !ok {
-		return 0, b.errNoQuorum(answers)
+		return 0, b.errNoQuorum(replies)
 	}
 	if v.Kind == backend.KindError {
 		return 0, backend.Reply(string(v.Str))
@@ -254,11 +312,10 @@ func (b *Backend) voteInt(ctx context.Context, db int, op func(ctx context.Conte
 
 // voteBool is for predicates: true needs Q nodes, false needs N−Q+1 nodes
 // (so that true is impossible); otherwise the outcome is unknown.
-func (b *Backend) voteBool(ctx context.Context, db int, op func(ctx context.Context, c nodeConn) (any, error)) (bool, error) {
-	answers := b.fanout(ctx, db, op)
+func (b *Backend) voteBool(replies []nodeReply) (bool, error) {
 	yes, no := 0, 0
-	for _, a := range answers {
-		v, ok := toValue(a)
+	for _, r := range replies {
+		v, ok := one(r)
 		switch {
 		case !ok:
 		case v.Kind == backend.KindInt && v.Int != 0:
@@ -275,18 +332,21 @@ func (b *Backend) voteBool(ctx context.Context, db int, op func(ctx context.Cont
 	case no >= len(b.nodes)-b.q+1:
 		return false, nil
 	}
-	return false, b.errNoQuorum(answers)
+	return false, b.errNoQuorum(replies)
 }
 
 // Get implements backend.KeySpace: the token a majority holds.
 func (b *Backend) Get(ctx context.Context, db int, key string) ([]byte, bool, error) {
-	answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Get(ctx, key).Result() })
-	v, ok := b.voteValue(answers)
+	replies := b.do(ctx, db, "get", key)
+	v, ok := b.voteOne(replies)
 	if !ok {
-		return nil, false, b.errNoQuorum(answers)
+		return nil, false, b.errNoQuorum(replies)
 	}
-	if v.Kind == backend.KindNil {
+	switch v.Kind {
+	case backend.KindNil:
 		return nil, false, nil
+	case backend.KindError:
+		return nil, false, backend.Reply(string(v.Str))
 	}
 	return v.Str, true, nil
 }
@@ -294,33 +354,32 @@ func (b *Backend) Get(ctx context.Context, db int, key string) ([]byte, bool, er
 // Del implements backend.KeySpace.
 func (b *Backend) Del(ctx context.Context, db int, keys []string) (int64, error) {
 	defer b.lockKeys(keys...)()
-	return b.voteInt(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Del(ctx, keys...).Result() })
+	return b.voteInt(ctx, db, append([]string{"del"}, keys...)...)
 }
 
 // DelIf implements backend.KeySpace: an owner-checked release needs Q
 // confirmations.
 func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Cond, match []byte) (bool, error) {
 	defer b.lockKeys(key)()
-	return b.voteBool(ctx, db, func(ctx context.Context, c nodeConn) (any, error) {
-		return c.script(ctx, delIfScript, []string{key}, string(match), condName(cond))
-	})
+	r := &req{}
+	c := []byte(condName(cond))
+	r.cmds.runScript(delIfScript, false, []string{key}, match, c)
+	return b.voteBool(b.fanout(ctx, db, same(r), scriptFallback(delIfScript, []string{key}, match, c)))
 }
 
 // Exists implements backend.KeySpace.
 func (b *Backend) Exists(ctx context.Context, db int, keys []string) (int64, error) {
-	return b.voteInt(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Exists(ctx, keys...).Result() })
+	return b.voteInt(ctx, db, append([]string{"exists"}, keys...)...)
 }
 
 // PTTL implements backend.KeySpace: -2 or -1 when a majority says so;
 // otherwise the time to live that at least Q nodes still have.
 func (b *Backend) PTTL(ctx context.Context, db int, key string) (int64, error) {
-	answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) {
-		return c.Do(ctx, "pttl", key).Result()
-	})
+	replies := b.do(ctx, db, "pttl", key)
 	var live []int64
 	count := map[int64]int{}
-	for _, a := range answers {
-		v, ok := toValue(a)
+	for _, r := range replies {
+		v, ok := one(r)
 		if !ok || v.Kind != backend.KindInt {
 			continue
 		}
@@ -339,17 +398,17 @@ func (b *Backend) PTTL(ctx context.Context, db int, key string) (int64, error) {
 			return n, nil
 		}
 	}
-	return 0, b.errNoQuorum(answers)
+	return 0, b.errNoQuorum(replies)
 }
 
 // Expire implements backend.KeySpace. An extension that took longer than
 // the new TTL (less the drift allowance) is reported as failed: the key may
 // already have expired on some nodes.
 func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expiry, cond backend.ExpireCond) (bool, error) {
-	args := []any{"pexpire", key, e.TTL.Milliseconds()}
+	args := []string{"pexpire", key, strconv.FormatInt(e.TTL.Milliseconds(), 10)}
 	ttl := e.TTL
 	if !e.At.IsZero() {
-		args = []any{"pexpireat", key, e.At.UnixMilli()}
+		args = []string{"pexpireat", key, strconv.FormatInt(e.At.UnixMilli(), 10)}
 		ttl = time.Until(e.At)
 	}
 	switch cond {
@@ -366,11 +425,10 @@ func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expi
 	}
 	defer b.lockKeys(key)()
 	start := time.Now()
-	ok, err := b.voteBool(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Do(ctx, args...).Result() })
+	ok, err := b.voteBool(b.do(ctx, db, args...))
 	if ok && ttl > 0 {
 		b.noteTTL(ttl)
-		drift := time.Duration(float64(ttl)*b.cfg.DriftFactor) + b.cfg.DriftConst
-		ok = time.Since(start)+drift < ttl
+		ok = time.Since(start)+b.drift(ttl) < ttl
 	}
 	return ok, err
 }
@@ -378,12 +436,12 @@ func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expi
 // Persist implements backend.KeySpace.
 func (b *Backend) Persist(ctx context.Context, db int, key string) (bool, error) {
 	defer b.lockKeys(key)()
-	return b.voteBool(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Do(ctx, "persist", key).Result() })
+	return b.voteBool(b.do(ctx, db, "persist", key))
 }
 
 // MSet implements backend.KeySpace.
 func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool) (bool, error) {
-	args := []any{"mset"}
+	args := []string{"mset"}
 	if nx {
 		args[0] = "msetnx"
 	}
@@ -393,226 +451,29 @@ func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool)
 		keys = append(keys, p.Key)
 	}
 	defer b.lockKeys(keys...)()
+	replies := b.do(ctx, db, args...)
 	if !nx {
-		answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Do(ctx, args...).Result() })
-		if v, ok := b.voteValue(answers); ok && v.Kind != backend.KindError {
+		if v, ok := b.voteOne(replies); ok && v.Kind != backend.KindError {
 			return true, nil
 		}
-		return false, b.errNoQuorum(answers)
+		return false, b.errNoQuorum(replies)
 	}
-	return b.voteBool(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.Do(ctx, args...).Result() })
+	return b.voteBool(replies)
 }
 
 // DBSize implements backend.KeySpace: the median of the nodes' counts
 // (keys on a minority of nodes make the count approximate by nature).
 func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
-	answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) { return c.DBSize(ctx).Result() })
+	replies := b.do(ctx, db, "dbsize")
 	var n []int64
-	for _, a := range answers {
-		if v, ok := toValue(a); ok && v.Kind == backend.KindInt {
+	for _, r := range replies {
+		if v, ok := one(r); ok && v.Kind == backend.KindInt {
 			n = append(n, v.Int)
 		}
 	}
 	if len(n) < b.q {
-		return 0, b.errNoQuorum(answers)
+		return 0, b.errNoQuorum(replies)
 	}
 	slices.Sort(n)
 	return n[len(n)/2], nil
-}
-
-// Eval implements backend.Backend: the script runs on every node (EVALSHA,
-// EVAL when a node does not know it) and the reply Q nodes agree on is
-// returned.
-//
-// Scripts that acquire are recognised by what they do, not by their SHA1:
-// each node reads the script's KEYS just before and just after it, in the
-// same pipeline, and reports the keys the script created (absent before,
-// holding one of the script's ARGV after). A key created on fewer than Q
-// nodes, or on any node when no reply reached a majority, is removed again
-// on those nodes with an owner-checked delete: a failed acquire leaves
-// nothing behind, as an undone SET NX does.
-func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
-	argv := make([]any, len(args))
-	for i, a := range args {
-		argv[i] = string(a)
-	}
-	defer b.lockKeys(keys...)()
-	sha, eval := "evalsha", "eval"
-	if ro {
-		sha, eval = "evalsha_ro", "eval_ro"
-	}
-	answers := b.fanout(ctx, db, func(ctx context.Context, c nodeConn) (any, error) {
-		cmd := append([]any{sha, s.SHA1, len(keys)}, toAny(keys)...)
-		r, err := runScript(ctx, c, keys, append(cmd, argv...), !ro)
-		if err == nil && bytes.HasPrefix(r.raw, []byte("-NOSCRIPT")) {
-			cmd[0], cmd[1] = eval, s.Src
-			r, err = runScript(ctx, c, keys, append(cmd, argv...), !ro)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if bytes.HasPrefix(r.raw, []byte("-")) && isTransient(errors.New(string(r.raw[1:]))) {
-			return nil, errors.New(string(bytes.TrimSpace(r.raw[1:]))) // the node, not the script, failed
-		}
-		r.created = created(keys, r.pre, r.post, args)
-		if r.v, err = parseRESP(r.raw); err != nil {
-			return nil, err
-		}
-		return r, nil
-	})
-	v, ok := b.voteValue(answers)
-	if !ok {
-		v, ok = b.voteTime(answers)
-	}
-	b.undoCreated(ctx, db, answers, !ok)
-	if !ok {
-		return backend.Value{}, b.errNoQuorum(answers)
-	}
-	if v.Kind == backend.KindError {
-		return backend.Value{}, backend.Reply(string(v.Str))
-	}
-	return v, nil
-}
-
-// scriptRun is one node's run of a script: its raw reply and what its
-// keys held around it.
-type scriptRun struct {
-	raw       []byte
-	v         backend.Value
-	pre, post []any
-	created   map[string]string // key → the value the script left in it
-}
-
-// runScript runs cmd (EVALSHA or EVAL) on one node; when watch is set and
-// the script has keys, the keys are read just before and after it in the
-// same pipeline (one round trip).
-func runScript(ctx context.Context, c nodeConn, keys []string, cmd []any, watch bool) (scriptRun, error) {
-	ev := redis.NewRawCmd(ctx, cmd...)
-	if !watch || len(keys) == 0 {
-		err := c.bt.do(ctx, ev)
-		return scriptRun{raw: ev.Val()}, err
-	}
-	mget := append([]any{"mget"}, toAny(keys)...)
-	pre, post := redis.NewSliceCmd(ctx, mget...), redis.NewSliceCmd(ctx, mget...)
-	if err := c.bt.do(ctx, pre, ev, post); err != nil {
-		return scriptRun{}, err
-	}
-	return scriptRun{raw: ev.Val(), pre: pre.Val(), post: post.Val()}, nil
-}
-
-// script runs one of the proxy's own node scripts through the batcher
-// (EVALSHA; on NOSCRIPT, go-redis loads it with EVAL).
-func (c nodeConn) script(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
-	cmd := redis.NewCmd(ctx, append(append([]any{"evalsha", s.Hash(), len(keys)}, toAny(keys)...), args...)...)
-	err := c.bt.do(ctx, cmd)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return s.Run(ctx, c, keys, args...).Result()
-	}
-	if err != nil {
-		return nil, err
-	}
-	return cmd.Val(), nil
-}
-
-// created lists the keys absent before the script and holding one of its
-// arguments after it.
-func created(keys []string, pre, post []any, args [][]byte) map[string]string {
-	if len(pre) != len(keys) || len(post) != len(keys) {
-		return nil
-	}
-	var out map[string]string
-	for i, k := range keys {
-		after, ok := post[i].(string)
-		if pre[i] != nil || !ok {
-			continue
-		}
-		for _, a := range args {
-			if after == string(a) {
-				if out == nil {
-					out = map[string]string{}
-				}
-				out[k] = after
-				break
-			}
-		}
-	}
-	return out
-}
-
-// undoCreated removes, with owner-checked deletes, the keys a script
-// created on fewer than Q nodes, or on any node when the vote failed.
-func (b *Backend) undoCreated(ctx context.Context, db int, answers []answer, voteFailed bool) {
-	count := map[string]int{}
-	for _, a := range answers {
-		if r, ok := a.v.(scriptRun); ok {
-			for k := range r.created {
-				count[k]++
-			}
-		}
-	}
-	undo := map[int]map[string]string{}
-	for _, a := range answers {
-		r, ok := a.v.(scriptRun)
-		if !ok {
-			continue
-		}
-		for k, tok := range r.created {
-			if voteFailed || count[k] < b.q {
-				if undo[a.node] == nil {
-					undo[a.node] = map[string]string{}
-				}
-				undo[a.node][k] = tok
-			}
-		}
-	}
-	if len(undo) == 0 {
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
-	var wg sync.WaitGroup
-	for i, kv := range undo {
-		wg.Go(func() {
-			uctx, cancel := context.WithTimeout(ctx, b.cfg.NodeTimeout)
-			defer cancel()
-			c := b.nodes[i].client(db)
-			for k, tok := range kv {
-				delIfScript.Run(uctx, c, []string{k}, tok, "eq") // rare: not worth a batch
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// voteTime settles integer replies that differ only because the nodes ran
-// the script at slightly different times (a script returning a PTTL, such
-// as bsm/redislock's): when at least Q nodes answered integers and the Q
-// largest lie within two node timeouts (+2ms) of each other, the
-// smallest of them is the answer — a value Q nodes meet or exceed, the
-// conservative reading for a time to live or a count.
-func (b *Backend) voteTime(answers []answer) (backend.Value, bool) {
-	var ints []int64
-	for _, a := range answers {
-		if v, ok := toValue(a); ok && v.Kind == backend.KindInt {
-			ints = append(ints, v.Int)
-		}
-	}
-	if len(ints) < b.q {
-		return backend.Value{}, false
-	}
-	slices.Sort(ints)
-	top := ints[len(ints)-b.q:]
-	// Each node ran the script within one node timeout of the others, and
-	// the keys' expiries were set within one node timeout of each other too.
-	if top[len(top)-1]-top[0] > 2*b.cfg.NodeTimeout.Milliseconds()+2 {
-		return backend.Value{}, false
-	}
-	return backend.Int(top[0]), true
-}
-
-func toAny(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
 }

@@ -31,8 +31,6 @@ type Config struct {
 	// acquire: TTL·DriftFactor + DriftConst. default: 0.01 and 2ms
 	DriftFactor float64
 	DriftConst  time.Duration
-	// PoolSize is the connection pool size per node. default: 64
-	PoolSize int
 	// CheckInterval is how often each node's persistence settings and
 	// run_id are read. default: 5s
 	CheckInterval time.Duration
@@ -51,9 +49,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DriftConst <= 0 {
 		c.DriftConst = 2 * time.Millisecond
-	}
-	if c.PoolSize <= 0 {
-		c.PoolSize = 64
 	}
 	if c.CheckInterval <= 0 {
 		c.CheckInterval = 5 * time.Second
@@ -118,30 +113,29 @@ var (
 	_ backend.Checker = (*Backend)(nil)
 )
 
-// node is one Redis node, with one client per database used so far.
+// node is one Redis node: one stream per database used so far, and a
+// go-redis client for the monitor.
 type node struct {
-	addr string
-	opt  *redis.Options
-	mu   sync.Mutex
-	dbs  [keycmd.Databases]*redis.Client
-	bts  [keycmd.Databases]*batcher
+	addr    string
+	opt     *redis.Options
+	streams [keycmd.Databases]atomic.Pointer[stream]
+	mu      sync.Mutex
+	client  *redis.Client
 }
 
-// nodeConn is one node's client for one database and its batcher.
-type nodeConn struct {
-	*redis.Client
-	bt *batcher
-}
-
-// conn returns the node's client and batcher for db.
-func (n *node) conn(db int, timeout time.Duration, stop <-chan struct{}) nodeConn {
-	c := n.client(db)
+// stream returns the node's stream for db, starting it on first use.
+func (n *node) stream(db int, cfg *Config) *stream {
+	if s := n.streams[db].Load(); s != nil {
+		return s
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.bts[db] == nil {
-		n.bts[db] = newBatcher(c, timeout, stop)
+	if s := n.streams[db].Load(); s != nil {
+		return s
 	}
-	return nodeConn{Client: c, bt: n.bts[db]}
+	s := newStream(n.addr, db, n.opt, cfg)
+	n.streams[db].Store(s)
+	return s
 }
 
 // New connects to the nodes (a node down at start is a node down, not a
@@ -158,7 +152,12 @@ func New(cfg Config) (*Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("quorum: node %q: %w", a, err)
 		}
-		b.nodes = append(b.nodes, &node{addr: opt.Addr, opt: opt})
+		b.nodes = append(b.nodes, &node{addr: opt.Addr, opt: opt, client: redis.NewClient(opt)})
+	}
+	// Database 0's streams connect now (a node down is a node down, not a
+	// failure to start); the others on first use.
+	for _, n := range b.nodes {
+		<-n.stream(0, &b.cfg).ready
 	}
 	b.health = make([]health, len(b.nodes))
 	b.stop, b.done = make(chan struct{}), make(chan struct{})
@@ -175,10 +174,12 @@ func nodeOptions(a string, cfg Config) (*redis.Options, error) {
 			return nil, err
 		}
 	}
-	opt.Protocol = 3 // raw script replies keep their RESP3 types (resp.go)
+	// These options are the monitor's client's; the streams use Addr, the
+	// credentials, TLSConfig and the Dialer.
+	opt.Protocol = 2
 	opt.MaxRetries = -1
 	opt.ContextTimeoutEnabled = true
-	opt.PoolSize = cfg.PoolSize
+	opt.PoolSize = 2
 	opt.DialTimeout = cfg.NodeTimeout * 4
 	opt.ReadTimeout = cfg.NodeTimeout
 	opt.WriteTimeout = cfg.NodeTimeout
@@ -191,18 +192,6 @@ func nodeOptions(a string, cfg Config) (*redis.Options, error) {
 	return opt, nil
 }
 
-// client returns the node's client for db.
-func (n *node) client(db int) *redis.Client {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.dbs[db] == nil {
-		o := *n.opt
-		o.DB = db
-		n.dbs[db] = redis.NewClient(&o)
-	}
-	return n.dbs[db]
-}
-
 // Close stops the monitor and closes every node client.
 func (b *Backend) Close(context.Context) error {
 	select {
@@ -213,56 +202,24 @@ func (b *Backend) Close(context.Context) error {
 	<-b.done
 	var errs *multierror.Error
 	for _, n := range b.nodes {
-		n.mu.Lock()
-		for i, c := range n.dbs {
-			if c != nil {
-				errs = multierror.Append(errs, c.Close())
-				n.dbs[i] = nil
+		for i := range n.streams {
+			if s := n.streams[i].Load(); s != nil {
+				s.close()
 			}
 		}
-		n.mu.Unlock()
+		errs = multierror.Append(errs, n.client.Close())
 	}
 	return errs.ErrorOrNil()
 }
 
-// answer is one node's reply to a fanned-out operation.
-type answer struct {
-	node int
-	v    any
-	err  error
-}
-
-// fanout runs op on every node in parallel, each under its own NodeTimeout,
-// and returns every node's answer. One slow node costs at most its timeout.
-func (b *Backend) fanout(ctx context.Context, db int, op func(ctx context.Context, c nodeConn) (any, error)) []answer {
-	ch := make(chan answer, len(b.nodes)) // one send per node: no sender is ever stranded
-	for i, n := range b.nodes {
-		go func() {
-			if b.quarantined(i) {
-				ch <- answer{node: i, err: errQuarantined}
-				return
-			}
-			nctx, cancel := context.WithTimeout(ctx, b.cfg.NodeTimeout)
-			defer cancel()
-			v, err := op(nctx, n.conn(db, b.cfg.NodeTimeout, b.stop))
-			ch <- answer{node: i, v: v, err: err}
-		}()
-	}
-	out := make([]answer, 0, len(b.nodes))
-	for range b.nodes {
-		out = append(out, <-ch)
-	}
-	return out
-}
-
 // errNoQuorum is the client's reply when failures, not contention, leave no
 // majority.
-func (b *Backend) errNoQuorum(answers []answer) error {
+func (b *Backend) errNoQuorum(replies []nodeReply) error {
 	var errs *multierror.Error
 	ok := 0
-	for _, a := range answers {
-		if a.err != nil && !errors.Is(a.err, redis.Nil) {
-			errs = multierror.Append(errs, fmt.Errorf("node %s: %w", b.nodes[a.node].addr, a.err))
+	for i, r := range replies {
+		if r.failed() {
+			errs = multierror.Append(errs, fmt.Errorf("node %s: %w", b.nodes[i].addr, r.err))
 		} else {
 			ok++
 		}
@@ -272,6 +229,3 @@ func (b *Backend) errNoQuorum(answers []answer) error {
 		Err:   errs.ErrorOrNil(),
 	}
 }
-
-// failed reports whether an answer is a node failure (not a reply).
-func failed(a answer) bool { return a.err != nil && !errors.Is(a.err, redis.Nil) }

@@ -2,7 +2,6 @@ package quorum
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -18,9 +17,6 @@ type health struct {
 	warnings    []string
 	reachable   bool
 }
-
-// errQuarantined is a quarantined node's answer: it does not vote.
-var errQuarantined = errors.New("quorum: node quarantined after a restart")
 
 // quarantined reports whether node i is kept out of votes now.
 func (b *Backend) quarantined(i int) bool {
@@ -72,7 +68,7 @@ func (b *Backend) check(i int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*b.cfg.NodeTimeout)
 	defer cancel()
 	n, h := b.nodes[i], &b.health[i]
-	c := n.client(0)
+	c := n.client
 	info, err := c.Info(ctx, "server").Result()
 	var cfg map[string]string
 	if err == nil {

@@ -1,0 +1,184 @@
+package quorum
+
+import (
+	"bytes"
+	"context"
+	"slices"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// Eval implements backend.Backend: the script runs on every node (EVALSHA,
+// EVAL when a node does not know it) and the reply Q nodes agree on is
+// returned.
+//
+// Scripts that acquire are recognised by what they do, not by their SHA1:
+// each node reads the script's KEYS just before and just after it, in the
+// same pipeline, and reports the keys the script created (absent before,
+// holding one of the script's ARGV after). A key created on fewer than Q
+// nodes, or on any node when no reply reached a majority, is removed again
+// on those nodes with an owner-checked delete: a failed acquire leaves
+// nothing behind, as an undone SET NX does.
+func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
+	watch := !ro && len(keys) > 0
+	build := func(eval bool) *req {
+		r := &req{}
+		mget := 0
+		if watch {
+			r.cmds.cmd(1 + len(keys))
+			r.cmds.arg("mget")
+			for _, k := range keys {
+				r.cmds.arg(k)
+			}
+			mget = len(r.cmds.b)
+		}
+		r.cmds.cmd(3 + len(keys) + len(args))
+		switch {
+		case eval && ro:
+			r.cmds.arg("eval_ro")
+		case eval:
+			r.cmds.arg("eval")
+		case ro:
+			r.cmds.arg("evalsha_ro")
+		default:
+			r.cmds.arg("evalsha")
+		}
+		if eval {
+			r.cmds.arg(s.Src)
+		} else {
+			r.cmds.arg(s.SHA1)
+		}
+		r.cmds.argInt(int64(len(keys)))
+		for _, k := range keys {
+			r.cmds.arg(k)
+		}
+		for _, a := range args {
+			r.cmds.argBytes(a)
+		}
+		if watch {
+			r.cmds.b = append(r.cmds.b, r.cmds.b[:mget]...) // the same MGET after
+			r.cmds.n++
+		}
+		return r
+	}
+	at := 0 // the script's reply among a node's replies
+	if watch {
+		at = 1
+	}
+	again := func(_ int, r nodeReply) *req {
+		if r.err == nil && len(r.vals) > at && noScript(r.vals[at]) {
+			return build(true)
+		}
+		return nil
+	}
+	defer b.lockKeys(keys...)()
+	replies := b.fanout(ctx, db, same(build(false)), again)
+
+	vals := make([]backend.Value, len(replies))
+	ok := make([]bool, len(replies))
+	created := make([]map[string]string, len(replies))
+	for i, r := range replies {
+		if r.err != nil || len(r.vals) <= at {
+			continue
+		}
+		vals[i], ok[i] = r.vals[at], true
+		if watch && len(r.vals) == 3 {
+			created[i] = createdKeys(keys, r.vals[0], r.vals[2], args)
+		}
+	}
+	v, agreed := b.voteValue(vals, ok)
+	if !agreed {
+		v, agreed = b.voteTime(vals, ok)
+	}
+	b.undoCreated(ctx, db, created, !agreed)
+	if !agreed {
+		return backend.Value{}, b.errNoQuorum(replies)
+	}
+	if v.Kind == backend.KindError {
+		return backend.Value{}, backend.Reply(string(v.Str))
+	}
+	return v, nil
+}
+
+// createdKeys lists the keys absent before the script (pre, an MGET reply)
+// and holding one of its arguments after it (post).
+func createdKeys(keys []string, pre, post backend.Value, args [][]byte) map[string]string {
+	if len(pre.Elems) != len(keys) || len(post.Elems) != len(keys) {
+		return nil
+	}
+	var out map[string]string
+	for i, k := range keys {
+		after := post.Elems[i]
+		if pre.Elems[i].Kind != backend.KindNil || after.Kind != backend.KindBulk {
+			continue
+		}
+		for _, a := range args {
+			if bytes.Equal(after.Str, a) {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = string(a)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// undoCreated removes, with owner-checked deletes, the keys a script
+// created on fewer than Q nodes, or on any node when the vote failed.
+func (b *Backend) undoCreated(ctx context.Context, db int, created []map[string]string, voteFailed bool) {
+	count := map[string]int{}
+	for _, c := range created {
+		for k := range c {
+			count[k]++
+		}
+	}
+	if len(count) == 0 {
+		return
+	}
+	reqs := make([]*req, len(created))
+	for i, c := range created {
+		for k, tok := range c {
+			if !voteFailed && count[k] >= b.q {
+				continue
+			}
+			if reqs[i] == nil {
+				reqs[i] = &req{}
+			}
+			reqs[i].cmds.runScript(delIfScript, true, []string{k}, []byte(tok), []byte("eq"))
+			reqs[i].undo = append(reqs[i].undo, undoRec{key: k, token: tok})
+		}
+	}
+	if !slices.ContainsFunc(reqs, func(r *req) bool { return r != nil }) {
+		return
+	}
+	// Rare: EVAL, not worth a NOSCRIPT round.
+	b.fanout(context.WithoutCancel(ctx), db, func(i int) *req { return reqs[i] }, nil)
+}
+
+// voteTime settles integer replies that differ only because the nodes ran
+// the script at slightly different times (a script returning a PTTL, such
+// as bsm/redislock's): when at least Q nodes answered integers and the Q
+// largest lie within two node timeouts (+2ms) of each other, the
+// smallest of them is the answer — a value Q nodes meet or exceed, the
+// conservative reading for a time to live or a count.
+func (b *Backend) voteTime(vals []backend.Value, ok []bool) (backend.Value, bool) {
+	var ints []int64
+	for i, v := range vals {
+		if ok[i] && v.Kind == backend.KindInt {
+			ints = append(ints, v.Int)
+		}
+	}
+	if len(ints) < b.q {
+		return backend.Value{}, false
+	}
+	slices.Sort(ints)
+	top := ints[len(ints)-b.q:]
+	// Each node ran the script within one node timeout of the others, and
+	// the keys' expiries were set within one node timeout of each other too.
+	if top[len(top)-1]-top[0] > 2*b.cfg.NodeTimeout.Milliseconds()+2 {
+		return backend.Value{}, false
+	}
+	return backend.Int(top[0]), true
+}

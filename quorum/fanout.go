@@ -1,0 +1,182 @@
+package quorum
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// nodeReply is one node's answer to an operation: its replies, in order,
+// or why there are none.
+type nodeReply struct {
+	vals []backend.Value
+	err  error
+	done bool
+}
+
+// failed reports a node failure: no reply, or a reply that is about the
+// node rather than the command (loading, read-only, busy).
+func (r nodeReply) failed() bool { return r.err != nil }
+
+// req is what one node is sent: encoded commands, one reply each.
+type req struct {
+	cmds cmdBuf
+	undo []undoRec // owner-checked deletes: sent again on a new connection if this one breaks unanswered
+}
+
+// op collects one operation's node replies. Streams deliver into it from
+// their reader goroutines; the operation's goroutine is woken once, when
+// the last reply is in, or by its deadline.
+type op struct {
+	mu      sync.Mutex
+	replies []nodeReply
+	calls   []*call
+	left    int
+	closed  bool
+	wake    chan struct{}
+}
+
+// deliver records node's reply; after the operation stopped waiting, and
+// for a node that already answered, it is dropped.
+func (o *op) deliver(node int, vals []backend.Value, err error) {
+	o.mu.Lock()
+	if o.closed || o.replies[node].done {
+		o.mu.Unlock()
+		return
+	}
+	if err == nil {
+		for _, v := range vals {
+			if v.Kind == backend.KindError && isTransient(v.Str) {
+				err = errors.New(string(v.Str)) // the node, not the command, failed
+				vals = nil
+				break
+			}
+		}
+	}
+	o.replies[node] = nodeReply{vals: vals, err: err, done: true}
+	o.left--
+	last := o.left == 0
+	o.mu.Unlock()
+	if last {
+		select {
+		case o.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+var (
+	errQuarantined = errors.New("quorum: node quarantined after a restart")
+	errNodeTimeout = errors.New("quorum: node timeout")
+	errNotSent     = errors.New("quorum: nothing to send to this node")
+)
+
+// fanout sends each node its request (reqFor; nil sends nothing) and waits
+// for every reply, each node for at most NodeTimeout from the start — one
+// deadline for all, since all start together — and never past ctx. A slow
+// node costs at most its timeout and delays no other node's request. When
+// again returns a request for a node's reply (a script the node did not
+// know), it is sent to that node and waited for within the same deadline.
+func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, again func(i int, r nodeReply) *req) []nodeReply {
+	n := len(b.nodes)
+	o := &op{replies: make([]nodeReply, n), calls: make([]*call, n), left: n, wake: make(chan struct{}, 1)}
+	send := func(i int, r *req) {
+		s := b.nodes[i].stream(db, &b.cfg)
+		cl := &call{o: o, s: s, node: i, n: r.cmds.n, vals: make([]backend.Value, 0, r.cmds.n), undo: r.undo}
+		o.calls[i] = cl
+		s.send(cl, r.cmds.b)
+	}
+	for i := range n {
+		if b.quarantined(i) {
+			o.deliver(i, nil, errQuarantined)
+			continue
+		}
+		r := reqFor(i)
+		if r == nil {
+			o.deliver(i, nil, errNotSent)
+			continue
+		}
+		send(i, r)
+	}
+	timer := time.NewTimer(b.cfg.NodeTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case <-o.wake:
+		case <-timer.C:
+			o.stop(errNodeTimeout, true)
+			return o.replies
+		case <-ctx.Done():
+			o.stop(ctx.Err(), false)
+			return o.replies
+		}
+		if again == nil {
+			return o.replies
+		}
+		var retry []int
+		var reqs []*req
+		o.mu.Lock()
+		for i, r := range o.replies {
+			if nr := again(i, r); nr != nil {
+				retry, reqs = append(retry, i), append(reqs, nr)
+				o.replies[i] = nodeReply{}
+				o.left++
+			}
+		}
+		o.mu.Unlock()
+		if len(retry) == 0 {
+			return o.replies
+		}
+		for k, i := range retry {
+			send(i, reqs[k])
+		}
+	}
+}
+
+// stop ends the wait: nodes that have not answered get err, and when the
+// node timeout ran out, their streams hear that they are overdue.
+func (o *op) stop(err error, timedOut bool) {
+	o.mu.Lock()
+	o.closed = true
+	var late []*call
+	for i := range o.replies {
+		if !o.replies[i].done {
+			o.replies[i] = nodeReply{err: err, done: true}
+			if o.calls[i] != nil {
+				late = append(late, o.calls[i])
+			}
+		}
+	}
+	o.mu.Unlock()
+	if timedOut {
+		for _, cl := range late {
+			cl.s.overdue(cl)
+		}
+	}
+}
+
+// nodeScript is one of the proxy's own scripts, run on the nodes by
+// EVALSHA (each connection loads them when it is set up; EVAL when a node
+// lost them).
+type nodeScript struct{ src, sha string }
+
+func newNodeScript(src string) *nodeScript {
+	h := sha1.Sum([]byte(src))
+	return &nodeScript{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+// isTransient reports error replies that are about the node, not the
+// command: it is loading, read-only, or busy with a script.
+func isTransient(s []byte) bool {
+	for _, p := range []string{"LOADING", "READONLY", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"} {
+		if len(s) >= len(p) && string(s[:len(p)]) == p {
+			return true
+		}
+	}
+	return false
+}
