@@ -116,8 +116,14 @@ func setExpiry(cmd string, arg []byte, u expiryUnit, now time.Time) (backend.Exp
 
 // relative is an expiry ms milliseconds from now. It stays relative (TTL)
 // where a Duration can hold it, so backends measure it on their own clock.
+// An expiry of 0 or less is a deadline already past on every clock: a
+// backend whose clock for the operation lags this process's (a script's
+// stopped clock, a transaction's start) must still delete at once.
 func relative(ms int64, now time.Time) backend.Expiry {
-	if ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
+	switch {
+	case ms <= 0:
+		return backend.Expiry{At: time.UnixMilli(1)}
+	case ms <= math.MaxInt64/int64(time.Millisecond):
 		return backend.Expiry{TTL: time.Duration(ms) * time.Millisecond}
 	}
 	return backend.Expiry{At: time.UnixMilli(now.UnixMilli() + ms)}

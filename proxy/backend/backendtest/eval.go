@@ -42,6 +42,15 @@ func testEvalExpiry(t *testing.T, b backend.Backend, k func(string) string) {
 	if ms := pttl(t, b, 0, k("x")); ms <= 10000 || ms > 30000 {
 		t.Errorf("PTTL after the extend = %d; want 10001..30000", ms)
 	}
+	// PEXPIRE 0 deletes at once, by the script's stopped clock too
+	// (redislock's obtain.lua with a 0 TTL).
+	v, err = eval(t, b, 0, `redis.call('pexpire', KEYS[1], ARGV[1]) return redis.call('exists', KEYS[1])`, []string{k("x")}, "0")
+	if err != nil || v.Kind != backend.KindInt || v.Int != 0 {
+		t.Errorf("PEXPIRE 0 then EXISTS in a script = %v, %v; want :0", v, err)
+	}
+	if ms := pttl(t, b, 0, k("x")); ms != -2 {
+		t.Errorf("PTTL after PEXPIRE 0 = %d; want -2", ms)
+	}
 }
 
 // testEvalMultiKeyAtomic runs scripts that move one token around a ring of
