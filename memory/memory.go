@@ -131,16 +131,16 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	return b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: v, DB: db, RO: ro})
 }
 
-// Atomic runs f alone over the whole store, as Eval runs a script: ks is
-// the store as a script sees it (any database, any key) and now the
-// stopped clock of the section, by which ks judges expiry and counts
-// relative expiries. ks is valid only until f returns. A backend that uses
-// this store as its in-process model (pgbridge) runs its operations here.
-func (b *Backend) Atomic(f func(ks backend.KeySpace, now time.Time) error) error {
+// AtomicAt runs f alone over the whole store, as Eval runs a script: ks
+// is the store as a script sees it (any database, any key), its clock
+// stopped at now, by which ks judges expiry and counts relative expiries.
+// ks is valid only until f returns. A backend that uses this store as its
+// in-process model (pgbridge) runs its operations here, at the time its
+// own clock gives them.
+func (b *Backend) AtomicAt(now time.Time, f func(ks backend.KeySpace) error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	v := &view{b: b, now: time.Now().UnixMilli()}
-	return f(v, time.UnixMilli(v.now))
+	return f(&view{b: b, now: now.UnixMilli()})
 }
 
 // Set implements backend.KeySpace.

@@ -142,6 +142,9 @@ type advTx struct {
 
 func (t *advTx) before() map[dbKey]state { return t.states }
 
+// clock is this process's clock: the holder's timers end its locks by it.
+func (t *advTx) clock() time.Time { return time.Now() }
+
 // prepare takes the advisory lock of each key this process does not hold.
 // Keys whose lock another session has are a *heldError, with the instance
 // holding each (from its lease row).

@@ -62,7 +62,8 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 	after := make(map[dbKey]state, len(keys))
 	var opErr error
 	var missing []dbKey
-	b.scratchFor(keys).Atomic(func(ks backend.KeySpace, now time.Time) error {
+	now := t.clock()
+	b.scratchFor(keys).AtomicAt(now, func(ks backend.KeySpace) error {
 		defer purge(ctx, ks, keys)
 		load(ctx, ks, before, now)
 		rec := &recorder{ks: ks, b: b, prepared: before}

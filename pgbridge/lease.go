@@ -34,15 +34,20 @@ type leaseTx struct {
 	conn   *pgxpool.Conn
 	keys   []dbKey
 	states map[dbKey]state
-	// PostgreSQL's now() (the transaction's start) lies between sent and
-	// local on this process's clock (Unix ms). Loaded deadlines count from
-	// local and stored ones from sent, so that a lock may end a round trip
-	// late, never early.
-	sent, local int64
-	pgNow       time.Time
+	// sent is this process's clock (Unix ms) when the transaction was
+	// sent; PostgreSQL's now() (the transaction's start) comes after it.
+	// The operation runs at sent: loaded deadlines count from it and stored
+	// ones count back from now(), so a TTL counts from no earlier than
+	// sent (it ends up to a round trip late, never early), an absolute
+	// deadline ends no earlier than its time, and a PTTL read at once
+	// never exceeds the TTL just set.
+	sent  int64
+	pgNow time.Time
 }
 
 func (t *leaseTx) before() map[dbKey]state { return t.states }
+
+func (t *leaseTx) clock() time.Time { return time.UnixMilli(t.sent) }
 
 func (s *leaseStore) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 	conn, err := s.b.pool.Acquire(ctx)
@@ -93,7 +98,6 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 	if err := br.QueryRow().Scan(&t.pgNow); err != nil {
 		return false, err
 	}
-	t.local = nowMS()
 	all := true
 	for range t.keys {
 		var ok bool
@@ -114,7 +118,7 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 		case left == nil:
 			t.states[k] = state{present: true, token: tok}
 		case *left > 0:
-			t.states[k] = state{present: true, token: tok, deadline: addMS(t.local, *left)}
+			t.states[k] = state{present: true, token: tok, deadline: addMS(t.sent, *left)}
 		default:
 			t.states[k] = state{}
 		}

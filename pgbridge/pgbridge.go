@@ -133,6 +133,10 @@ type strategy interface {
 // tx is one prepared operation.
 type tx interface {
 	before() map[dbKey]state
+	// clock is the time the operation runs at: the model's clock, stopped
+	// for the operation, by which it judges expiry and counts relative
+	// expiries.
+	clock() time.Time
 	// commit makes after (the state of every prepared key once the
 	// operation ran) durable; it fails when it cannot tell.
 	commit(ctx context.Context, after map[dbKey]state) error
