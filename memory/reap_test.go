@@ -160,3 +160,39 @@ func BenchmarkHeapPerLock(b *testing.B) {
 		b.ReportMetric(per*1e6/(1<<20), "MiB/1M-locks")
 	}
 }
+
+// TestLockCounts: HeldLocks counts live keys of every database and not
+// expired ones the reaper has yet to reach; ExpiredLocks counts every
+// expiry once, whether a command or the reaper found it, and no release.
+func TestLockCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := New(Config{ReapInterval: time.Hour}) // only commands reclaim here
+		defer b.Close(t.Context())
+		ctx := t.Context()
+		short := backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Second}}
+		for i := range 10 {
+			b.Set(ctx, i%3, "short:"+strconv.Itoa(i), []byte("tok"), short)
+		}
+		b.Set(ctx, 0, "forever", []byte("tok"), backend.SetOptions{})
+		b.Set(ctx, 5, "released", []byte("tok"), short)
+		if n := b.HeldLocks(); n != 12 {
+			t.Fatalf("HeldLocks = %d; want 12", n)
+		}
+		if ok, _ := b.DelIf(ctx, 5, "released", backend.IfEqual, []byte("tok")); !ok {
+			t.Fatal("release refused")
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if n, e := b.HeldLocks(), b.ExpiredLocks(); n != 1 || e != 0 {
+			t.Fatalf("after the TTL: HeldLocks = %d, ExpiredLocks = %d; want 1 (unreaped keys are not held), 0 (none reclaimed yet)", n, e)
+		}
+		b.Get(ctx, 0, "short:0") // a command finds one expired
+		if e := b.ExpiredLocks(); e != 1 {
+			t.Fatalf("ExpiredLocks after GET of an expired key = %d; want 1", e)
+		}
+		b.reapOnce()
+		b.Get(ctx, 0, "short:0")
+		if e := b.ExpiredLocks(); e != 10 {
+			t.Errorf("ExpiredLocks after the reaper = %d; want 10 (each expiry once, the release not at all)", e)
+		}
+	})
+}

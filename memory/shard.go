@@ -15,6 +15,7 @@ func (sh *shard) get(db int, key string, now int64) (entry, bool) {
 	e, ok := m[key]
 	if ok && e.exp != 0 && e.exp <= now {
 		delete(m, key)
+		sh.expired.Add(1)
 		return entry{}, false
 	}
 	return e, ok
@@ -170,6 +171,7 @@ func (sh *shard) sample(db int, n int, now int64) (seen, expired int) {
 			expired++
 		}
 	}
+	sh.expired.Add(uint64(expired))
 	return seen, expired
 }
 
