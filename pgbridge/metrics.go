@@ -2,6 +2,7 @@ package pgbridge
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -45,13 +46,7 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 	if !ok {
 		return
 	}
-	var up, lost int
-	for _, h := range a.holders {
-		if h.gen.Load() != 0 {
-			up++
-		}
-		lost += int(h.lost.Load())
-	}
+	up, lost := a.holderCounts()
 	ch <- prometheus.MustNewConstMetric(descHoldersUp, prometheus.GaugeValue, float64(up))
 	ch <- prometheus.MustNewConstMetric(descHolders, prometheus.GaugeValue, float64(len(a.holders)))
 	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(lost))
@@ -85,4 +80,37 @@ func (b *Backend) ExpiredLocks() uint64 { return b.expired.Load() }
 // routeCounts are the router's counters.
 type routeCounts struct {
 	sent, served atomic.Int64
+}
+
+// InfoLines are the postgres lines of INFO's lockproxy section
+// (proxy.InfoReporter): the strategy, the pool, and the holder sessions.
+func (b *Backend) InfoLines() []string {
+	st := b.pool.Stat()
+	lines := []string{
+		"lockproxy_postgres_strategy:" + b.cfg.Strategy,
+		"lockproxy_postgres_pool_connections:" + strconv.Itoa(int(st.TotalConns())),
+	}
+	a, ok := b.store.(*advisory)
+	if !ok {
+		return lines
+	}
+	up, lost := a.holderCounts()
+	return append(lines,
+		"lockproxy_postgres_holders:"+strconv.Itoa(len(a.holders)),
+		"lockproxy_postgres_holders_up:"+strconv.Itoa(up),
+		"lockproxy_postgres_holder_sessions_lost:"+strconv.Itoa(lost),
+		"lockproxy_postgres_routed_sent:"+strconv.FormatInt(a.router.sent.Load(), 10),
+		"lockproxy_postgres_routed_served:"+strconv.FormatInt(a.router.served.Load(), 10))
+}
+
+// holderCounts returns how many holder sessions are connected and how many
+// were lost since start.
+func (a *advisory) holderCounts() (up, lost int) {
+	for _, h := range a.holders {
+		if h.gen.Load() != 0 {
+			up++
+		}
+		lost += int(h.lost.Load())
+	}
+	return up, lost
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path"
@@ -73,12 +74,55 @@ func cmdInfo(cl *client, args [][]byte) backend.Value {
 		}
 	}
 	section("Keyspace", ks...)
-	section("Lockproxy",
-		"lockproxy_backend:"+s.cfg.BackendName,
+	if !all && !want["lockproxy"] {
+		return backend.Value{Kind: backend.KindVerbatim, Str: []byte(b.String())}
+	}
+	section("Lockproxy", s.infoLockproxy(cl)...)
+	return backend.Value{Kind: backend.KindVerbatim, Str: []byte(b.String())}
+}
+
+// infoLockproxy is INFO's lockproxy section: the backend, whether it can
+// serve, the locks, and the settings an operator checks first; the same
+// essentials as /metrics and /readyz.
+func (s *Server) infoLockproxy(cl *client) []string {
+	ready, why := 1, ""
+	if c, ok := s.b.(backend.Checker); ok {
+		ctx, cancel := context.WithTimeout(cl.ctx, time.Second)
+		if err := c.Check(ctx); err != nil {
+			ready, why = 0, strings.NewReplacer("\r", " ", "\n", " ").Replace(err.Error())
+		}
+		cancel()
+	}
+	lines := []string{
+		"lockproxy_backend:" + s.cfg.BackendName,
+		"lockproxy_ready:" + strconv.Itoa(ready),
+	}
+	if why != "" {
+		lines = append(lines, "lockproxy_not_ready_reason:"+why)
+	}
+	if c, ok := s.b.(HeldLocksCounter); ok {
+		lines = append(lines, "lockproxy_locks_held:"+strconv.FormatInt(c.HeldLocks(), 10))
+	}
+	if c, ok := s.b.(ExpiryCounter); ok {
+		lines = append(lines, "lockproxy_lock_expiries:"+strconv.FormatUint(c.ExpiredLocks(), 10))
+	}
+	if m := s.metrics; m != nil {
+		c := &m.locks.counts
+		lines = append(lines,
+			"lockproxy_lock_acquired:"+strconv.FormatInt(c[0].Load(), 10),
+			"lockproxy_lock_contended:"+strconv.FormatInt(c[1].Load(), 10),
+			"lockproxy_lock_failed:"+strconv.FormatInt(c[2].Load(), 10))
+	}
+	if r, ok := s.b.(InfoReporter); ok {
+		lines = append(lines, r.InfoLines()...)
+	}
+	return append(lines,
 		"lockproxy_script_cache_entries:"+strconv.Itoa(s.scripts.len()),
 		"lockproxy_requirepass:"+strconv.FormatBool(s.cfg.RequirePass != ""),
+		"lockproxy_users:"+strconv.Itoa(len(s.cfg.Users)),
+		"lockproxy_passthrough:"+strconv.FormatBool(s.cfg.Passthrough != nil),
+		"lockproxy_idle_timeout_seconds:"+strconv.FormatFloat(s.cfg.IdleTimeout.Seconds(), 'f', -1, 64),
 	)
-	return backend.Value{Kind: backend.KindVerbatim, Str: []byte(b.String())}
 }
 
 // cmdCommand answers COMMAND, COMMAND COUNT, COMMAND INFO and COMMAND DOCS

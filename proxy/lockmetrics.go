@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -23,12 +24,19 @@ type ExpiryCounter interface {
 	ExpiredLocks() uint64
 }
 
+// InfoReporter is implemented by a Backend with its own lines for the
+// lockproxy section of INFO (name:value, names prefixed by the backend).
+type InfoReporter interface {
+	InfoLines() []string
+}
+
 // lockMetrics count acquisitions seen as commands: SET … NX and SETNX,
 // outside MULTI. Acquisitions inside scripts (node redlock,
 // bsm/redislock, redis-semaphore) are a script's business and are counted
 // only by lockproxy_commands_total.
 type lockMetrics struct {
 	acquired, contended, failed prometheus.Counter
+	counts                      [3]atomic.Int64 // the same, for INFO: acquired, contended, failed
 }
 
 func newLockMetrics(reg prometheus.Registerer, b backend.Backend) *lockMetrics {
@@ -80,9 +88,12 @@ func (m *lockMetrics) observe(name string, args [][]byte, v backend.Value) {
 	switch {
 	case v.Kind == backend.KindError:
 		m.failed.Inc()
+		m.counts[2].Add(1)
 	case v.IsNil() || (v.Kind == backend.KindInt && v.Int == 0):
 		m.contended.Inc()
+		m.counts[1].Add(1)
 	default:
 		m.acquired.Inc()
+		m.counts[0].Add(1)
 	}
 }

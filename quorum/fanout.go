@@ -87,7 +87,7 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 	o := &op{replies: make([]nodeReply, n), calls: make([]*call, n), left: n, wake: make(chan struct{}, 1)}
 	send := func(i int, r *req) {
 		s := b.nodes[i].stream(db, &b.cfg)
-		cl := &call{o: o, s: s, node: i, n: r.cmds.n, vals: make([]backend.Value, 0, r.cmds.n), undo: r.undo}
+		cl := &call{o: o, s: s, node: i, n: r.cmds.n, vals: make([]backend.Value, 0, r.cmds.n), undo: r.undo, sent: time.Now()}
 		o.calls[i] = cl
 		s.send(cl, r.cmds.b)
 	}
@@ -105,6 +105,7 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 	}
 	timer := time.NewTimer(b.cfg.NodeTimeout)
 	defer timer.Stop()
+	defer b.countFailures(o.replies)
 	for {
 		select {
 		case <-o.wake:
@@ -134,6 +135,17 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 		}
 		for k, i := range retry {
 			send(i, reqs[k])
+		}
+	}
+}
+
+// countFailures counts, per node, the operations it failed: no reply, or
+// one about the node (nodeReply.failed); not a node left out by its
+// quarantine or sent nothing, nor one whose client went away.
+func (b *Backend) countFailures(replies []nodeReply) {
+	for i, r := range replies {
+		if r.failed() && r.err != errQuarantined && r.err != errNotSent && !errors.Is(r.err, context.Canceled) {
+			b.nodes[i].failures.Add(1)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
@@ -67,10 +68,11 @@ type Backend struct {
 	q     int
 	keys  [256]sync.Mutex // striped by key: see lockKeys
 
-	health []health
-	maxTTL atomic.Int64 // the longest TTL granted, as a Duration
-	stop   chan struct{}
-	done   chan struct{}
+	health  []health
+	replies *prometheus.HistogramVec // per node: see metrics.go
+	maxTTL  atomic.Int64             // the longest TTL granted, as a Duration
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // lockKeys serialises this proxy's operations on the same keys, so that
@@ -121,6 +123,9 @@ type node struct {
 	streams [keycmd.Databases]atomic.Pointer[stream]
 	mu      sync.Mutex
 	client  *redis.Client
+
+	replies  prometheus.Observer // reply times
+	failures atomic.Uint64       // operations it failed (see fanout)
 }
 
 // stream returns the node's stream for db, starting it on first use.
@@ -133,7 +138,7 @@ func (n *node) stream(db int, cfg *Config) *stream {
 	if s := n.streams[db].Load(); s != nil {
 		return s
 	}
-	s := newStream(n.addr, db, n.opt, cfg)
+	s := newStream(n.addr, db, n.opt, cfg, n.replies)
 	n.streams[db].Store(s)
 	return s
 }
@@ -146,13 +151,14 @@ func New(cfg Config) (*Backend, error) {
 	if len(cfg.Nodes) == 0 {
 		return nil, errors.New("quorum: no nodes")
 	}
-	b := &Backend{cfg: cfg, q: len(cfg.Nodes)/2 + 1}
+	b := &Backend{cfg: cfg, q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram()}
 	for _, a := range cfg.Nodes {
 		opt, err := nodeOptions(a, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("quorum: node %q: %w", a, err)
 		}
-		b.nodes = append(b.nodes, &node{addr: opt.Addr, opt: opt, client: redis.NewClient(opt)})
+		b.nodes = append(b.nodes, &node{addr: opt.Addr, opt: opt, client: redis.NewClient(opt),
+			replies: b.replies.WithLabelValues(opt.Addr)})
 	}
 	// Database 0's streams connect now (a node down is a node down, not a
 	// failure to start); the others on first use.

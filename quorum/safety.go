@@ -3,6 +3,7 @@ package quorum
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,13 @@ type health struct {
 	quarantined time.Time // votes are ignored until then
 	warnings    []string
 	reachable   bool
+
+	// From the node's INFO at the last check that reached it.
+	checkRTT     time.Duration // how long that INFO took
+	keys         int64         // keys in every database
+	expiredRaw   uint64        // its expired_keys (since its start)
+	expiredTotal uint64        // expired_keys summed over its restarts since this proxy started
+	seen         bool          // expiredRaw holds a reading
 }
 
 // quarantined reports whether node i is kept out of votes now.
@@ -69,7 +77,9 @@ func (b *Backend) check(i int) {
 	defer cancel()
 	n, h := b.nodes[i], &b.health[i]
 	c := n.client
-	info, err := c.Info(ctx, "server").Result()
+	start := time.Now()
+	info, err := c.Info(ctx).Result() // the default sections: server, stats, keyspace (Redis 6 takes one section name at most)
+	rtt := time.Since(start)
 	var cfg map[string]string
 	if err == nil {
 		cfg, err = c.ConfigGet(ctx, "*").Result()
@@ -84,7 +94,19 @@ func (b *Backend) check(i int) {
 		return
 	}
 	h.reachable = true
+	h.checkRTT = rtt
 	runID := infoField(info, "run_id")
+	h.keys = infoKeys(info)
+	if raw, err := strconv.ParseUint(infoField(info, "expired_keys"), 10, 64); err == nil {
+		switch {
+		case !h.seen:
+		case runID == h.runID && raw >= h.expiredRaw:
+			h.expiredTotal += raw - h.expiredRaw
+		default: // a new process counts from 0
+			h.expiredTotal += raw
+		}
+		h.expiredRaw, h.seen = raw, true
+	}
 	h.persistent = cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always"
 	var warn []string
 	if cfg["appendonly"] != "yes" {
@@ -103,6 +125,27 @@ func (b *Backend) check(i int) {
 			"node", n.addr, "for", d.String())
 	}
 	h.runID = runID
+}
+
+// infoKeys sums the keys of every database in an INFO keyspace section
+// (lines such as db0:keys=3,expires=3,avg_ttl=0).
+func infoKeys(info string) int64 {
+	var n int64
+	for _, l := range strings.Split(info, "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "db") {
+			continue
+		}
+		_, kv, ok := strings.Cut(l, ":keys=")
+		if !ok {
+			continue
+		}
+		kv, _, _ = strings.Cut(kv, ",")
+		if k, err := strconv.ParseInt(kv, 10, 64); err == nil {
+			n += k
+		}
+	}
+	return n
 }
 
 func infoField(info, name string) string {

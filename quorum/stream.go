@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
@@ -41,10 +42,11 @@ import (
 // meanwhile calls fail at once. Calls made while a connection is being set
 // up wait for it, within their operation's deadline.
 type stream struct {
-	addr string
-	db   int
-	opt  *redis.Options
-	cfg  *Config
+	addr    string
+	db      int
+	opt     *redis.Options
+	cfg     *Config
+	replies prometheus.Observer // each call's reply time
 
 	mu      sync.Mutex
 	state   streamState
@@ -91,7 +93,8 @@ type call struct {
 	n        int
 	vals     []backend.Value
 	undo     []undoRec // the deletes this call makes, sent again if its connection breaks unanswered
-	finished bool      // under the stream's mu: answered or failed
+	sent     time.Time
+	finished bool // under the stream's mu: answered or failed
 }
 
 var (
@@ -101,8 +104,8 @@ var (
 	errOverdue      = errors.New("quorum: node reply overdue")
 )
 
-func newStream(addr string, db int, opt *redis.Options, cfg *Config) *stream {
-	s := &stream{addr: addr, db: db, opt: opt, cfg: cfg,
+func newStream(addr string, db int, opt *redis.Options, cfg *Config, replies prometheus.Observer) *stream {
+	s := &stream{addr: addr, db: db, opt: opt, cfg: cfg, replies: replies,
 		wake: make(chan struct{}, 1), ready: make(chan struct{}), done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run()
@@ -329,6 +332,7 @@ func (s *stream) readLoop(br *bufio.Reader) error {
 			s.pending, s.head = s.pending[:n], 0
 		}
 		s.mu.Unlock()
+		s.replies.Observe(time.Since(cl.sent).Seconds())
 		cl.o.deliver(cl.node, cl.vals, nil)
 	}
 }

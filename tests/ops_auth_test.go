@@ -95,6 +95,9 @@ func TestOpsAuthUsers(t *testing.T) {
 				if err := c.SetArgs(ctx, "gr", "tok", redis.SetArgs{Mode: "NX"}).Err(); err != nil {
 					t.Errorf("go-redis RESP%d as bob: SET = %v", proto, err)
 				}
+				if info, err := c.Info(ctx).Result(); err != nil || !strings.Contains(info, "lockproxy_users:2\r\n") {
+					t.Errorf("INFO lacks lockproxy_users:2 (%v)", err)
+				}
 				c.Del(ctx, "gr")
 				c.Close()
 				bad := redis.NewClient(&redis.Options{Addr: lp.Addr, Protocol: proto, Username: "bob", Password: "alicepw", MaxRetries: -1})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +74,9 @@ func TestOpsIdleTimeout(t *testing.T) {
 			t.Fatal("the idle client was never disconnected")
 		}
 		time.Sleep(100 * time.Millisecond) // the active client's pace: far below the 2s timeout
+	}
+	if info, err := active.Info(ctx).Result(); err != nil || !strings.Contains(info, "lockproxy_idle_timeout_seconds:2\r\n") {
+		t.Errorf("INFO lacks lockproxy_idle_timeout_seconds:2 (%v)", err)
 	}
 	if got, err := active.ClientID(ctx).Result(); err != nil || got != id {
 		t.Errorf("active client: CLIENT ID = %d, %v; want %d (the same connection)", got, err, id)

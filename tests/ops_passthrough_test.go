@@ -102,6 +102,11 @@ func TestOpsPassthrough(t *testing.T) {
 		}
 	}
 
+	ic := redis.NewClient(&redis.Options{Addr: lp.Addr})
+	if info, err := ic.Info(ctx).Result(); err != nil || !strings.Contains(info, "lockproxy_passthrough:true") {
+		t.Errorf("INFO lacks lockproxy_passthrough:true (%v)", err)
+	}
+	ic.Close()
 	host, port := clientSplitAddr(lp.Addr)
 	if out, err := exec.CommandContext(ctx, cli, "-h", host, "-p", port, "HINCRBY", "cli", "n", "5").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "5" {
 		t.Errorf("redis-cli HINCRBY through lockproxy = %q, %v; want 5", out, err)

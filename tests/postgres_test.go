@@ -420,6 +420,14 @@ func TestPostgresAdmin(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 {
 		t.Fatalf("/readyz = %d %q; want 200", code, body)
 	}
+	info := opsInfo(t, c)
+	for k, want := range map[string]string{"lockproxy_backend": "postgres", "lockproxy_ready": "1", "lockproxy_locks_held": "1",
+		"lockproxy_lock_expiries": "1", "lockproxy_lock_acquired": "3", "lockproxy_postgres_strategy": "advisory",
+		"lockproxy_postgres_holders": "2", "lockproxy_postgres_holders_up": "2", "lockproxy_postgres_holder_sessions_lost": "0"} {
+		if info[k] != want {
+			t.Errorf("INFO lockproxy: %s = %q; want %q", k, info[k], want)
+		}
+	}
 	pg.Kill()
 	eventually := func(what string, cond func() bool) {
 		t.Helper()
@@ -431,6 +439,9 @@ func TestPostgresAdmin(t *testing.T) {
 		}
 	}
 	eventually("/readyz 503 while PostgreSQL is down", func() bool { code, _ := get("/readyz"); return code == 503 })
+	if info := opsInfo(t, c); info["lockproxy_ready"] != "0" || info["lockproxy_not_ready_reason"] == "" {
+		t.Errorf("INFO while PostgreSQL is down: lockproxy_ready = %q, reason %q; want 0 and a reason", info["lockproxy_ready"], info["lockproxy_not_ready_reason"])
+	}
 	// The holders notice on their next ping (1s).
 	eventually("/metrics to show the sessions lost and the lease gone", func() bool {
 		_, metrics = get("/metrics")

@@ -1,0 +1,144 @@
+package quorum
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The Backend is a prometheus.Collector: register it with the proxy's
+// registry to export each node's health, latency and quarantine.
+var _ prometheus.Collector = (*Backend)(nil)
+
+var (
+	descNodeUp = prometheus.NewDesc("lockproxy_quorum_node_up",
+		"1 when the node answered the last health check (every check interval).", []string{"node"}, nil)
+	descNodeQuarantined = prometheus.NewDesc("lockproxy_quorum_node_quarantined",
+		"1 while the node is kept out of votes after a restart.", []string{"node"}, nil)
+	descNodeWarnings = prometheus.NewDesc("lockproxy_quorum_node_safety_warnings",
+		"Settings of the node that can lose or evict acknowledged locks (appendonly, appendfsync, maxmemory-policy); 0 is safe.", []string{"node"}, nil)
+	descNodeCheck = prometheus.NewDesc("lockproxy_quorum_node_check_seconds",
+		"Round trip of the node's last health check (INFO).", []string{"node"}, nil)
+	descNodeKeys = prometheus.NewDesc("lockproxy_quorum_node_keys",
+		"Keys on the node, every database, at the last health check.", []string{"node"}, nil)
+	descNodeExpired = prometheus.NewDesc("lockproxy_quorum_node_expired_keys_total",
+		"Keys the node expired since this proxy started (its expired_keys, summed over its restarts).", []string{"node"}, nil)
+	descNodeFailures = prometheus.NewDesc("lockproxy_quorum_node_failures_total",
+		"Operations the node did not answer in time or at all (timeouts, connection errors, LOADING/BUSY replies).", []string{"node"}, nil)
+	descMajority = prometheus.NewDesc("lockproxy_quorum_majority",
+		"Nodes that must agree (N/2+1).", nil, nil)
+)
+
+// replyBuckets span a node's reply time from a loopback round trip to the
+// default node timeout and beyond.
+var replyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}
+
+func newReplyHistogram() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lockproxy_quorum_node_reply_seconds",
+		Help:    "Time from sending an operation's commands to a node to its reply, per node.",
+		Buckets: replyBuckets,
+	}, []string{"node"})
+}
+
+// Describe implements prometheus.Collector.
+func (b *Backend) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descNodeUp, descNodeQuarantined, descNodeWarnings, descNodeCheck,
+		descNodeKeys, descNodeExpired, descNodeFailures, descMajority} {
+		ch <- d
+	}
+	b.replies.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (b *Backend) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, node string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, node)
+	}
+	now := time.Now()
+	for i, n := range b.nodes {
+		h := &b.health[i]
+		h.mu.Lock()
+		gauge(descNodeUp, bool01(h.reachable), n.addr)
+		gauge(descNodeQuarantined, bool01(now.Before(h.quarantined)), n.addr)
+		gauge(descNodeWarnings, float64(len(h.warnings)), n.addr)
+		gauge(descNodeCheck, h.checkRTT.Seconds(), n.addr)
+		gauge(descNodeKeys, float64(h.keys), n.addr)
+		ch <- prometheus.MustNewConstMetric(descNodeExpired, prometheus.CounterValue, float64(h.expiredTotal), n.addr)
+		h.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(descNodeFailures, prometheus.CounterValue, float64(n.failures.Load()), n.addr)
+	}
+	ch <- prometheus.MustNewConstMetric(descMajority, prometheus.GaugeValue, float64(b.q))
+	b.replies.Collect(ch)
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// majorityOf returns the count that a majority of nodes reaches: the Q-th
+// largest of the per-node counts (a node that did not answer counts 0).
+func (b *Backend) majorityOf(f func(h *health) int64) int64 {
+	vals := make([]int64, len(b.health))
+	for i := range b.health {
+		h := &b.health[i]
+		h.mu.Lock()
+		if h.reachable {
+			vals[i] = f(h)
+		}
+		h.mu.Unlock()
+	}
+	slices.Sort(vals)
+	return vals[len(vals)-b.q]
+}
+
+// HeldLocks estimates the locks held as the key count a majority of nodes
+// reaches, from their INFO at the last health check (proxy.HeldLocksCounter):
+// a lock exists when a majority holds it. Every key on the nodes counts, so
+// it is the number of locks only on nodes dedicated to locks.
+func (b *Backend) HeldLocks() int64 {
+	return b.majorityOf(func(h *health) int64 { return h.keys })
+}
+
+// ExpiredLocks estimates the locks that ended by their TTL as the expiry
+// count a majority of nodes reaches since this proxy started
+// (proxy.ExpiryCounter). It never decreases: each node's count only grows.
+func (b *Backend) ExpiredLocks() uint64 {
+	return uint64(b.majorityOf(func(h *health) int64 { return int64(h.expiredTotal) }))
+}
+
+// InfoLines are the quorum lines of INFO's lockproxy section: the nodes,
+// the majority, and each node's state as /metrics has it
+// (proxy.InfoReporter).
+func (b *Backend) InfoLines() []string {
+	lines := []string{
+		"lockproxy_quorum_nodes:" + strconv.Itoa(len(b.nodes)),
+		"lockproxy_quorum_majority:" + strconv.Itoa(b.q),
+	}
+	now := time.Now()
+	var up, quarantined, warnings int
+	var nodes []string
+	for i, n := range b.nodes {
+		h := &b.health[i]
+		h.mu.Lock()
+		r, q := h.reachable, now.Before(h.quarantined)
+		w, rtt := len(h.warnings), h.checkRTT
+		h.mu.Unlock()
+		up += int(bool01(r))
+		quarantined += int(bool01(q))
+		warnings += w
+		nodes = append(nodes, fmt.Sprintf("lockproxy_quorum_node%d:addr=%s,up=%d,quarantined=%d,safety_warnings=%d,check_ms=%.3f,failures=%d",
+			i, n.addr, int(bool01(r)), int(bool01(q)), w, float64(rtt.Microseconds())/1000, n.failures.Load()))
+	}
+	lines = append(lines,
+		"lockproxy_quorum_nodes_up:"+strconv.Itoa(up),
+		"lockproxy_quorum_nodes_quarantined:"+strconv.Itoa(quarantined),
+		"lockproxy_quorum_safety_warnings:"+strconv.Itoa(warnings))
+	return append(lines, nodes...)
+}
