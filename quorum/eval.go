@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
@@ -19,8 +20,12 @@ import (
 // nodes, or on any node when no reply reached a majority, is removed again
 // on those nodes with an owner-checked delete: a failed acquire leaves
 // nothing behind, as an undone SET NX does.
+//
+// A catalogued release script (luascripts.IsRelease: known by its whole
+// text to create nothing) is not watched: a release is one command per
+// node, not three.
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
-	watch := !ro && len(keys) > 0
+	watch := !ro && len(keys) > 0 && !b.isRelease(s)
 	build := func(eval bool) *req {
 		r := &req{}
 		mget := 0
@@ -182,3 +187,20 @@ func (b *Backend) voteTime(vals []backend.Value, ok []bool) (backend.Value, bool
 	}
 	return backend.Int(top[0]), true
 }
+
+// isRelease caches luascripts.IsRelease by SHA1, which the proxy computes
+// from the source (backend.Script), for at most maxReleaseCache scripts.
+func (b *Backend) isRelease(s backend.Script) bool {
+	if v, ok := b.releases.Load(s.SHA1); ok {
+		return v.(bool)
+	}
+	r := luascripts.IsRelease(s.Src)
+	if b.releaseN.Load() < maxReleaseCache && s.SHA1 != "" {
+		if _, loaded := b.releases.LoadOrStore(s.SHA1, r); !loaded {
+			b.releaseN.Add(1)
+		}
+	}
+	return r
+}
+
+const maxReleaseCache = 4096

@@ -4,7 +4,10 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -57,5 +60,51 @@ func TestFailedScriptAcquireIsUndone(t *testing.T) {
 		if n, _ := direct[i].Exists(ctx, "c", "d").Result(); n != 2 {
 			t.Errorf("node %d lost keys of a granted acquire (%d of 2)", i, n)
 		}
+	}
+}
+
+// TestReleaseIsNotWatched: a catalogued release script (recognised by its
+// whole text) reaches each node as the script alone, without the reads of
+// its keys before and after that other scripts get; the release works, and
+// a script that merely looks like one (another text) is still watched.
+func TestReleaseIsNotWatched(t *testing.T) {
+	nodes := startNodes(t, 3)
+	b := newBackend(t, addrsOf(nodes))
+	ctx := t.Context()
+	script := func(src string) backend.Script {
+		sum := sha1.Sum([]byte(src))
+		return backend.Script{SHA1: hex.EncodeToString(sum[:]), Src: src}
+	}
+	mgets := func() (n int64) {
+		for _, node := range nodes {
+			c := redis.NewClient(&redis.Options{Addr: node.Addr})
+			info, _ := c.Info(ctx, "commandstats").Result()
+			c.Close()
+			_, rest, ok := strings.Cut(info, "cmdstat_mget:calls=")
+			if ok {
+				v, _, _ := strings.Cut(rest, ",")
+				k, _ := strconv.ParseInt(v, 10, 64)
+				n += k
+			}
+		}
+		return n
+	}
+	acquire := backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}}
+	if res, err := b.Set(ctx, 0, "rel", []byte("tok"), acquire); err != nil || !res.Written {
+		t.Fatalf("acquire: %v, %v", res, err)
+	}
+	release := script(`if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`)
+	if v, err := b.Eval(ctx, 0, release, []string{"rel"}, [][]byte{[]byte("tok")}, false); err != nil || v.Int != 1 {
+		t.Fatalf("release = %v, %v; want :1", v, err)
+	}
+	if n := mgets(); n != 0 {
+		t.Errorf("the nodes ran %d MGETs for a catalogued release; want none", n)
+	}
+	lookalike := script(`if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end -- mine`)
+	if v, err := b.Eval(ctx, 0, lookalike, []string{"rel"}, [][]byte{[]byte("tok")}, false); err != nil || v.Int != 0 {
+		t.Fatalf("second release = %v, %v; want :0", v, err)
+	}
+	if n := mgets(); n < 6 { // 12: the nodes did not know the script (NOSCRIPT, then EVAL, each watched)
+		t.Errorf("the nodes ran %d MGETs for an uncatalogued script; want at least 6 (before and after, on 3 nodes)", n)
 	}
 }

@@ -71,8 +71,11 @@ type Backend struct {
 	health  []health
 	replies *prometheus.HistogramVec // per node: see metrics.go
 	maxTTL  atomic.Int64             // the longest TTL granted, as a Duration
-	stop    chan struct{}
-	done    chan struct{}
+
+	releases sync.Map     // SHA1 → luascripts.IsRelease (eval.go)
+	releaseN atomic.Int64 // entries in releases
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 // lockKeys serialises this proxy's operations on the same keys, so that
