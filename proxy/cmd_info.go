@@ -100,7 +100,10 @@ func (s *Server) infoLockproxy(cl *client) []string {
 	if why != "" {
 		lines = append(lines, "lockproxy_not_ready_reason:"+why)
 	}
-	if c, ok := s.b.(HeldLocksCounter); ok {
+	switch c, ok := s.b.(HeldLocksCounter); {
+	case s.metrics != nil && s.metrics.locks.held != nil:
+		lines = append(lines, "lockproxy_locks_held:"+strconv.FormatInt(s.metrics.locks.held.get(), 10))
+	case ok:
 		lines = append(lines, "lockproxy_locks_held:"+strconv.FormatInt(c.HeldLocks(), 10))
 	}
 	if c, ok := s.b.(ExpiryCounter); ok {

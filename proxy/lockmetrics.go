@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -37,6 +39,26 @@ type InfoReporter interface {
 type lockMetrics struct {
 	acquired, contended, failed prometheus.Counter
 	counts                      [3]atomic.Int64 // the same, for INFO: acquired, contended, failed
+	held                        *heldCache      // nil when the backend cannot count
+}
+
+// heldCache asks a HeldLocksCounter at most once a second, whoever asks
+// (scrapes, INFO from every new ioredis connection): counting may scan
+// every key (memory) or the lease table (postgres).
+type heldCache struct {
+	c  HeldLocksCounter
+	mu sync.Mutex
+	at time.Time
+	n  int64
+}
+
+func (h *heldCache) get() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.at) >= time.Second {
+		h.n, h.at = h.c.HeldLocks(), time.Now()
+	}
+	return h.n
 }
 
 func newLockMetrics(reg prometheus.Registerer, b backend.Backend) *lockMetrics {
@@ -45,11 +67,13 @@ func newLockMetrics(reg prometheus.Registerer, b backend.Backend) *lockMetrics {
 		Help: "Acquire commands (SET … NX, SETNX) by outcome: acquired, contended (the lock is held: NX refused), failed (an error, TRYAGAIN included).",
 	}, []string{"outcome"})
 	reg.MustRegister(acq)
+	var held *heldCache
 	if c, ok := b.(HeldLocksCounter); ok {
+		held = &heldCache{c: c}
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lockproxy_locks_held",
-			Help: "Live keys (held locks) in the backend, every database.",
-		}, func() float64 { return float64(c.HeldLocks()) }))
+			Help: "Live keys (held locks) in the backend, every database (counted at most once a second).",
+		}, func() float64 { return float64(held.get()) }))
 	}
 	if c, ok := b.(ExpiryCounter); ok {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -58,6 +82,7 @@ func newLockMetrics(reg prometheus.Registerer, b backend.Backend) *lockMetrics {
 		}, func() float64 { return float64(c.ExpiredLocks()) }))
 	}
 	return &lockMetrics{
+		held:      held,
 		acquired:  acq.WithLabelValues("acquired"),
 		contended: acq.WithLabelValues("contended"),
 		failed:    acq.WithLabelValues("failed"),

@@ -395,11 +395,11 @@ func TestPostgresAdmin(t *testing.T) {
 	}
 	for end := time.Now().Add(10 * time.Second); ; {
 		_, m := get("/metrics")
-		if strings.Contains(m, "lockproxy_lock_expiries_total 1") {
+		if strings.Contains(m, "lockproxy_lock_expiries_total 1") && strings.Contains(m, "lockproxy_locks_held 1\n") { // held: counted at most once a second
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatal("lockproxy_lock_expiries_total did not reach 1 after a 100ms lock ended")
+			t.Fatal("lockproxy_lock_expiries_total did not reach 1, or lockproxy_locks_held fall to 1, after a 100ms lock ended")
 		}
 		time.Sleep(20 * time.Millisecond) // polling for the expiry
 	}
