@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"time"
 
 	"github.com/lockproxy/lockproxy/luascripts"
@@ -32,14 +33,23 @@ func newPostgres(cfg Config, runner *luascripts.Runner, log *slog.Logger) (backe
 
 const pgConnectTimeout = 15 * time.Second
 
-// maskDSN hides the password of a URL DSN for logs and errors.
+// maskDSN hides the passwords of a DSN for logs and errors: the URL's
+// user password and its password/sslpassword parameters, or the
+// password/sslpassword values of a key=value DSN.
 func maskDSN(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
-		return "(dsn)"
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		q := u.Query()
+		for _, k := range []string{"password", "sslpassword"} {
+			if q.Has(k) {
+				q.Set(k, "xxxxx")
+			}
+		}
+		u.RawQuery = q.Encode()
+		return u.Redacted()
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.Redacted()
+	return dsnPassword.ReplaceAllString(dsn, "${1}xxxxx")
 }
+
+// dsnPassword is a password or sslpassword setting of a key=value DSN:
+// a bare value, or a quoted one with backslash escapes.
+var dsnPassword = regexp.MustCompile(`(?i)((?:^|\s)(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
