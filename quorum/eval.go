@@ -3,7 +3,9 @@ package quorum
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
@@ -63,6 +65,11 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 		if watch {
 			r.cmds.b = append(r.cmds.b, r.cmds.b[:mget]...) // the same MGET after
 			r.cmds.n++
+			for _, k := range keys { // and each key's TTL as the script left it
+				r.cmds.cmd(2)
+				r.cmds.arg("pttl")
+				r.cmds.arg(k)
+			}
 		}
 		return r
 	}
@@ -77,25 +84,43 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 		return nil
 	}
 	defer b.lockKeys(keys...)()
+	start := time.Now()
 	replies := b.fanout(ctx, db, same(build(false)), again)
+	elapsed := time.Since(start)
 
 	vals := make([]backend.Value, len(replies))
 	ok := make([]bool, len(replies))
 	created := make([]map[string]string, len(replies))
+	ttls := make([][]backend.Value, len(replies))
 	for i, r := range replies {
 		if r.err != nil || len(r.vals) <= at {
 			continue
 		}
 		vals[i], ok[i] = r.vals[at], true
-		if watch && len(r.vals) == 3 {
+		if watch && len(r.vals) == 3+len(keys) {
 			created[i] = createdKeys(keys, r.vals[0], r.vals[2], args)
+			ttls[i] = r.vals[3:]
 		}
 	}
 	v, agreed := b.voteValue(vals, ok)
 	if !agreed {
 		v, agreed = b.voteTime(vals, ok)
 	}
-	b.undoCreated(ctx, db, created, !agreed)
+	// The longest TTL any node now has on these keys bounds what a node
+	// restarting now may forget (the restart quarantine), whether the
+	// script acquired, extended, or failed.
+	longest, shortest := scriptTTLs(keys, created, ttls, b.q)
+	b.noteTTL(longest)
+	// An acquire by script gets Redlock's validity check as SET NX does:
+	// the keys it created on a majority must outlive the time the vote
+	// took plus the drift allowance, by the shortest TTL a creating node
+	// reports.
+	late := agreed && shortest > 0 && elapsed+b.drift(shortest) >= shortest
+	b.undoCreated(ctx, db, created, !agreed || late)
+	if late {
+		return backend.Value{}, &backend.ReplyError{Reply: fmt.Sprintf(
+			"TRYAGAIN quorum reached too late: the script's acquire took %dms of a %dms TTL", elapsed.Milliseconds(), shortest.Milliseconds())}
+	}
 	if !agreed {
 		return backend.Value{}, b.errNoQuorum(replies)
 	}
@@ -128,6 +153,32 @@ func createdKeys(keys []string, pre, post backend.Value, args [][]byte) map[stri
 		}
 	}
 	return out
+}
+
+// scriptTTLs reads the TTLs the nodes reported right after a script:
+// longest is the longest of any key on any node; shortest is the shortest
+// a node reports for a key it created, among keys created on a majority
+// (q nodes; 0 when there are none, or they have no expiry).
+func scriptTTLs(keys []string, created []map[string]string, ttls [][]backend.Value, q int) (longest, shortest time.Duration) {
+	count := map[string]int{}
+	for _, c := range created {
+		for k := range c {
+			count[k]++
+		}
+	}
+	for i, t := range ttls {
+		for j, v := range t {
+			if v.Kind != backend.KindInt || v.Int <= 0 || j >= len(keys) {
+				continue
+			}
+			d := time.Duration(v.Int) * time.Millisecond
+			longest = max(longest, d)
+			if _, mine := created[i][keys[j]]; mine && count[keys[j]] >= q && (shortest == 0 || d < shortest) {
+				shortest = d
+			}
+		}
+	}
+	return longest, shortest
 }
 
 // undoCreated removes, with owner-checked deletes, the keys a script

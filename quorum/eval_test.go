@@ -1,8 +1,10 @@
 package quorum_test
 
 import (
+	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // TestFailedScriptAcquireIsUndone runs node redlock 5's real acquire script
@@ -106,5 +109,71 @@ func TestReleaseIsNotWatched(t *testing.T) {
 	}
 	if n := mgets(); n < 6 { // 12: the nodes did not know the script (NOSCRIPT, then EVAL, each watched)
 		t.Errorf("the nodes ran %d MGETs for an uncatalogued script; want at least 6 (before and after, on 3 nodes)", n)
+	}
+}
+
+// TestScriptAcquireValidity: an acquire by script gets Redlock's validity
+// check like SET NX: node redlock 5's acquire script with a 2ms TTL (less
+// than the 2ms drift allowance alone) reaches a majority too late, so the
+// client gets TRYAGAIN and the keys are gone everywhere; with a minute it
+// is granted, and that minute is the longest TTL granted, which a node
+// restarting afterwards is quarantined for.
+func TestScriptAcquireValidity(t *testing.T) {
+	src, err := os.ReadFile("../tests/testdata/scripts/redlock5-acquire.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := startNodes(t, 3)
+	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), CheckInterval: 20 * time.Millisecond, NodeTimeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	ctx := t.Context()
+	sum := sha1.Sum(src)
+	s := backend.Script{SHA1: hex.EncodeToString(sum[:]), Src: string(src)}
+
+	_, err = b.Eval(ctx, 0, s, []string{"v:a", "v:b"}, [][]byte{[]byte("mine"), []byte("2")}, false)
+	var re *backend.ReplyError
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Reply, "TRYAGAIN quorum reached too late") {
+		t.Fatalf("script acquire with a 2ms TTL = %v; want TRYAGAIN quorum reached too late", err)
+	}
+	for _, n := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr})
+		if got, _ := c.Exists(ctx, "v:a", "v:b").Result(); got != 0 {
+			t.Errorf("node %s kept %d keys of a late acquire", n.Addr, got)
+		}
+		c.Close()
+	}
+
+	if v, err := b.Eval(ctx, 0, s, []string{"v:c"}, [][]byte{[]byte("mine"), []byte("60000")}, false); err != nil || v.Int != 1 {
+		t.Fatalf("script acquire with a minute = %v, %v; want :1", v, err)
+	}
+	nodes[0].Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for q := b.Quarantined(); len(q) != 1 || q[0] != nodes[0].Addr; q = b.Quarantined() {
+		if time.Now().After(deadline) {
+			t.Fatal("a node restarted after a script granted a one-minute lock was not quarantined")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the monitor
+	}
+}
+
+// TestLongScriptError: a script's error reply longer than the stream's
+// read buffer (Redis sends it as one line) is the script's reply, not a
+// broken node: the client gets it whole and the node connections serve on.
+func TestLongScriptError(t *testing.T) {
+	nodes := startNodes(t, 3)
+	b := newBackend(t, addrsOf(nodes))
+	ctx := t.Context()
+	src := `return redis.error_reply(string.rep('x', 100000))`
+	sum := sha1.Sum([]byte(src))
+	_, err := b.Eval(ctx, 0, backend.Script{SHA1: hex.EncodeToString(sum[:]), Src: src}, nil, nil, false)
+	var re *backend.ReplyError
+	if !errors.As(err, &re) || len(re.Reply) < 100000 || strings.Trim(strings.TrimPrefix(re.Reply, "ERR "), "x") != "" { // Redis 7 adds ERR
+		t.Fatalf("long error reply = %.80v…; want the script's 100000 x", err)
+	}
+	if res, err := b.Set(ctx, 0, "after", []byte("tok"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}}); err != nil || !res.Written {
+		t.Fatalf("acquire after the long reply = %v, %v; want OK (the node connections must not have broken)", res, err)
 	}
 }

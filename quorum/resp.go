@@ -59,6 +59,10 @@ func (c *cmdBuf) strs(args ...string) {
 // trusted past it.
 var errProtocol = errors.New("quorum: malformed node reply")
 
+// maxReply bounds one string of a node's reply: Redis's own
+// proto-max-bulk-len default.
+const maxReply = 512 << 20
+
 // readValue reads one RESP3 reply from r with its exact type: a script's
 // status reply stays a status, not a bulk string, and a double stays a
 // double. The proxy renders the Value for its client's protocol, as Redis
@@ -66,6 +70,18 @@ var errProtocol = errors.New("quorum: malformed node reply")
 // the connection's.
 func readValue(r *bufio.Reader) (backend.Value, error) {
 	line, err := r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		// A line longer than the buffer: a script's long error or status
+		// reply (Redis sends errors as one '-' line). Such a reply is the
+		// script's business, not a broken node: read it whole, up to the
+		// bulk limit.
+		long := bytes.Clone(line)
+		for errors.Is(err, bufio.ErrBufferFull) && len(long) <= maxReply {
+			line, err = r.ReadSlice('\n')
+			long = append(long, line...)
+		}
+		line = long
+	}
 	if err != nil {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			err = errProtocol
@@ -101,7 +117,7 @@ func readValue(r *bufio.Reader) (backend.Value, error) {
 		return backend.Value{Kind: backend.KindBigNumber, Str: bytes.Clone(body)}, nil
 	case '$', '=', '!':
 		n, ok := parseInt(body)
-		if !ok || n > 512<<20 {
+		if !ok || n > maxReply {
 			return backend.Value{}, errProtocol
 		}
 		if n < 0 {
