@@ -106,6 +106,8 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 	timer := time.NewTimer(b.cfg.NodeTimeout)
 	defer timer.Stop()
 	defer b.countFailures(o.replies)
+	defer o.dropQuarantined(b)
+	retried := make([]bool, n)
 	for {
 		select {
 		case <-o.wake:
@@ -123,7 +125,14 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 		var reqs []*req
 		o.mu.Lock()
 		for i, r := range o.replies {
+			if retried[i] { // once: a script whose own error reply reads NOSCRIPT is not run again and again
+				continue
+			}
 			if nr := again(i, r); nr != nil {
+				if nr.undo == nil {
+					nr.undo = o.calls[i].undo // the same deletes: sent again if this connection breaks too
+				}
+				retried[i] = true
 				retry, reqs = append(retry, i), append(reqs, nr)
 				o.replies[i] = nodeReply{}
 				o.left++
@@ -135,6 +144,20 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 		}
 		for k, i := range retry {
 			send(i, reqs[k])
+		}
+	}
+}
+
+// dropQuarantined turns the replies of nodes quarantined while the
+// operation ran into failures: a node that restarted may have answered
+// from an empty memory (its stream connection, made after the restart,
+// quarantined it before carrying the queued commands).
+func (o *op) dropQuarantined(b *Backend) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, r := range o.replies {
+		if o.calls[i] != nil && !r.failed() && b.quarantined(i) {
+			o.replies[i] = nodeReply{err: errQuarantined, done: true}
 		}
 	}
 }

@@ -129,6 +129,7 @@ type node struct {
 
 	replies  prometheus.Observer // reply times
 	failures atomic.Uint64       // operations it failed (see fanout)
+	onRunID  func(string)        // each new stream connection's run_id (Backend.noteRunID)
 }
 
 // stream returns the node's stream for db, starting it on first use.
@@ -141,7 +142,7 @@ func (n *node) stream(db int, cfg *Config) *stream {
 	if s := n.streams[db].Load(); s != nil {
 		return s
 	}
-	s := newStream(n.addr, db, n.opt, cfg, n.replies)
+	s := newStream(n.addr, db, n.opt, cfg, n.replies, n.onRunID)
 	n.streams[db].Store(s)
 	return s
 }
@@ -154,21 +155,20 @@ func New(cfg Config) (*Backend, error) {
 	if len(cfg.Nodes) == 0 {
 		return nil, errors.New("quorum: no nodes")
 	}
-	b := &Backend{cfg: cfg, q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram()}
-	for _, a := range cfg.Nodes {
+	b := &Backend{cfg: cfg, q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram(), health: make([]health, len(cfg.Nodes))}
+	for i, a := range cfg.Nodes {
 		opt, err := nodeOptions(a, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("quorum: node %q: %w", a, err)
 		}
 		b.nodes = append(b.nodes, &node{addr: opt.Addr, opt: opt, client: redis.NewClient(opt),
-			replies: b.replies.WithLabelValues(opt.Addr)})
+			replies: b.replies.WithLabelValues(opt.Addr), onRunID: func(id string) { b.noteRunID(i, id) }})
 	}
 	// Database 0's streams connect now (a node down is a node down, not a
 	// failure to start); the others on first use.
 	for _, n := range b.nodes {
 		<-n.stream(0, &b.cfg).ready
 	}
-	b.health = make([]health, len(b.nodes))
 	b.stop, b.done = make(chan struct{}), make(chan struct{})
 	b.checkAll()
 	go b.monitor()

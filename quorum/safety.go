@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,9 @@ type health struct {
 	warnings    []string
 	reachable   bool
 
+	qUntil      atomic.Int64 // quarantined as Unix nanoseconds, read without mu
+	streamRunID string       // the run_id the node's stream connections last saw
+
 	// From the node's INFO at the last check that reached it.
 	checkRTT     time.Duration // how long that INFO took
 	keys         int64         // keys in every database
@@ -28,10 +32,30 @@ type health struct {
 
 // quarantined reports whether node i is kept out of votes now.
 func (b *Backend) quarantined(i int) bool {
+	return time.Now().UnixNano() < b.health[i].qUntil.Load()
+}
+
+// quarantine keeps node i out of votes for d, from now. Under h.mu.
+func (h *health) quarantine(d time.Duration) {
+	h.quarantined = time.Now().Add(d)
+	h.qUntil.Store(h.quarantined.UnixNano())
+}
+
+// noteRunID is told the run_id of each new stream connection to node i,
+// before that connection carries anything: a node that restarted is
+// quarantined at once, not at the monitor's next check, which could come
+// after it had voted with an empty memory (two holders).
+func (b *Backend) noteRunID(i int, runID string) {
 	h := &b.health[i]
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return time.Now().Before(h.quarantined)
+	if h.streamRunID != "" && runID != h.streamRunID && !h.persistent {
+		d := time.Duration(b.maxTTL.Load())
+		h.quarantine(d)
+		b.cfg.Logger.Warn("quorum node restarted: kept out of votes for the longest TTL it may have forgotten",
+			"node", b.nodes[i].addr, "for", d.String())
+	}
+	h.streamRunID = runID
 }
 
 // noteTTL records the longest TTL granted, which bounds what a restarted
@@ -120,7 +144,7 @@ func (b *Backend) check(i int) {
 	h.warnings = warn
 	if h.runID != "" && runID != h.runID && !h.persistent {
 		d := time.Duration(b.maxTTL.Load())
-		h.quarantined = time.Now().Add(d)
+		h.quarantine(d)
 		b.cfg.Logger.Warn("quorum node restarted: kept out of votes for the longest TTL it may have forgotten",
 			"node", n.addr, "for", d.String())
 	}

@@ -48,6 +48,7 @@ type stream struct {
 	opt     *redis.Options
 	cfg     *Config
 	replies prometheus.Observer // each call's reply time
+	onRunID func(string)        // told each new connection's run_id before it carries anything
 
 	mu      sync.Mutex
 	state   streamState
@@ -105,8 +106,8 @@ var (
 	errOverdue      = errors.New("quorum: node reply overdue")
 )
 
-func newStream(addr string, db int, opt *redis.Options, cfg *Config, replies prometheus.Observer) *stream {
-	s := &stream{addr: addr, db: db, opt: opt, cfg: cfg, replies: replies,
+func newStream(addr string, db int, opt *redis.Options, cfg *Config, replies prometheus.Observer, onRunID func(string)) *stream {
+	s := &stream{addr: addr, db: db, opt: opt, cfg: cfg, replies: replies, onRunID: onRunID,
 		wake: make(chan struct{}, 1), ready: make(chan struct{}), done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run()
@@ -122,9 +123,10 @@ func (s *stream) send(cl *call, buf []byte) {
 	case s.state == down || s.state == closed:
 		err = s.err
 		s.keepUndo(cl)
-	case len(s.pending)-s.head >= maxPending:
+	case len(s.pending)-s.head >= maxPending && len(cl.undo) == 0:
+		// Undos are queued even then: kept for a later connection, one
+		// could run long after the token was granted again.
 		err = errBacklog
-		s.keepUndo(cl)
 	}
 	if err != nil {
 		cl.finished = true
@@ -260,6 +262,13 @@ func (s *stream) fail(err error, st streamState) {
 // reader here.
 func (s *stream) serve(conn net.Conn, br *bufio.Reader) error {
 	s.mu.Lock()
+	if s.ctx.Err() != nil {
+		// close ran while conn was being set up, before it was stored
+		// where close could close it: nobody else will.
+		s.mu.Unlock()
+		conn.Close()
+		return s.ctx.Err()
+	}
 	s.err = nil
 	s.state, s.conn = up, conn
 	signal := len(s.wbuf) > 0
@@ -434,6 +443,9 @@ func (s *stream) connect() (net.Conn, *bufio.Reader, error) {
 		conn.Close()
 		putBack()
 		return nil, nil, fmt.Errorf("connection setup: %w", context.DeadlineExceeded)
+	}
+	if s.onRunID != nil {
+		s.onRunID(runID) // a restarted node is quarantined before this connection carries a vote
 	}
 	s.mu.Lock()
 	s.runID, s.connID = runID, id

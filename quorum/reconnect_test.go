@@ -1,0 +1,156 @@
+package quorum_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/quorum"
+)
+
+var acq = func(ttl time.Duration) backend.SetOptions {
+	return backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: ttl}}
+}
+
+// TestRestartedNodeQuarantinedBeforeItVotes: X holds a lock on nodes 0
+// and 1; node 0 restarts empty. Its stream reconnects at once, long before
+// the monitor's next check (5s): the new connection itself must
+// quarantine it, or Y wins nodes 0 and 2 while X holds the lock.
+func TestRestartedNodeQuarantinedBeforeItVotes(t *testing.T) {
+	nodes := startNodes(t, 3)
+	b := newBackend(t, addrsOf(nodes)) // CheckInterval 5s
+	ctx := t.Context()
+	if r, err := b.Set(ctx, 0, "k", []byte("X"), acq(30*time.Second)); err != nil || !r.Written {
+		t.Fatalf("X: %v %v", r, err)
+	}
+	c2 := redis.NewClient(&redis.Options{Addr: nodes[2].Addr})
+	defer c2.Close()
+	c2.Del(ctx, "k")   // node 2 never got X's key (it missed the SET): X holds on nodes 0,1
+	nodes[0].Restart() // no persistence: forgets X's key
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		r, err := b.Set(ctx, 0, "k", []byte("Y"), acq(30*time.Second))
+		if err == nil && r.Written {
+			t.Fatalf("Y acquired %q while X still holds it (restarted node voted before quarantine)", "k")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type blockConn struct {
+	net.Conn
+	d *blockDialer
+}
+
+type blockDialer struct {
+	armed   atomic.Bool
+	blocked chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (c *blockConn) SetDeadline(t time.Time) error {
+	if t.IsZero() && c.d.armed.CompareAndSwap(true, false) {
+		close(c.d.blocked)
+		<-c.d.release
+	}
+	return c.Conn.SetDeadline(t)
+}
+
+// TestCloseWhileConnecting: Close runs while a stream's connection is
+// between its setup and being stored where Close can reach it; Close must
+// still return (the connection is closed by the stream itself).
+func TestCloseWhileConnecting(t *testing.T) {
+	nodes := startNodes(t, 1)
+	d := &blockDialer{blocked: make(chan struct{}), release: make(chan struct{})}
+	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout,
+		Dialer: func(ctx context.Context, nw, addr string) (net.Conn, error) {
+			var nd net.Dialer
+			c, err := nd.DialContext(ctx, nw, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &blockConn{Conn: c, d: d}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.armed.Store(true)
+	go b.Set(context.Background(), 1, "k", []byte("t"), acq(time.Second)) // starts db 1's stream
+	<-d.blocked
+	closed := make(chan struct{})
+	go func() { b.Close(context.Background()); close(closed) }()
+	time.Sleep(300 * time.Millisecond)
+	close(d.release)
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Backend.Close hangs: the stream's new connection was never closed")
+	}
+}
+
+type breakConn struct {
+	net.Conn
+	armed *atomic.Bool
+}
+
+var delIfEval = []byte("$4\r\neval\r\n$") // EVAL of the proxy's delete script (undo retry)
+
+func (c *breakConn) Write(p []byte) (int, error) {
+	if bytes.Contains(p, delIfEval) && bytes.Contains(p, []byte("redis.call('del'")) && c.armed.CompareAndSwap(true, false) {
+		c.Conn.Close()
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Write(p)
+}
+
+// TestUndoRetryKeepsItsRedo: an undo answered NOSCRIPT (the node's script
+// cache was flushed) goes again by EVAL; when that connection breaks, the
+// undo is still sent again on the next connection, so the node does not
+// keep a partial acquisition.
+func TestUndoRetryKeepsItsRedo(t *testing.T) {
+	nodes := startNodes(t, 3)
+	var armed atomic.Bool
+	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout,
+		Dialer: func(ctx context.Context, nw, addr string) (net.Conn, error) {
+			var nd net.Dialer
+			c, err := nd.DialContext(ctx, nw, addr)
+			if err != nil {
+				return nil, err
+			}
+			if addr == nodes[0].Addr {
+				return &breakConn{Conn: c, armed: &armed}, nil
+			}
+			return c, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	ctx := t.Context()
+	var direct []*redis.Client
+	for _, n := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr})
+		defer c.Close()
+		direct = append(direct, c)
+	}
+	direct[1].Set(ctx, "k", "other", time.Minute)
+	direct[2].Set(ctx, "k", "other", time.Minute)
+	direct[0].ScriptFlush(ctx) // node 0 forgot the proxy's scripts
+	armed.Store(true)
+	r, err := b.Set(ctx, 0, "k", []byte("mine"), acq(time.Minute))
+	if err != nil || r.Written {
+		t.Fatalf("acquire: %v %v; want nil", r, err)
+	}
+	time.Sleep(time.Second) // the stream reconnects and sends its redo list
+	if v, _ := direct[0].Get(ctx, "k").Result(); v == "mine" {
+		t.Fatal("node 0 still holds the undone acquisition: the undo's EVAL retry carried no undo record")
+	}
+}
