@@ -92,16 +92,18 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 		s.send(cl, r.cmds.b)
 	}
 	for i := range n {
-		if b.quarantined(i) {
-			o.deliver(i, nil, errQuarantined)
-			continue
-		}
 		r := reqFor(i)
-		if r == nil {
+		switch {
+		case r == nil:
 			o.deliver(i, nil, errNotSent)
-			continue
+		case b.quarantined(i) && len(r.undo) == 0:
+			// Quarantined nodes get no votes to cast, but they do get
+			// undos: an acquire may have landed there just before the
+			// quarantine began.
+			o.deliver(i, nil, errQuarantined)
+		default:
+			send(i, r)
 		}
-		send(i, r)
 	}
 	timer := time.NewTimer(b.cfg.NodeTimeout)
 	defer timer.Stop()
