@@ -74,10 +74,9 @@ func cmdInfo(cl *client, args [][]byte) backend.Value {
 		}
 	}
 	section("Keyspace", ks...)
-	if !all && !want["lockproxy"] {
-		return backend.Value{Kind: backend.KindVerbatim, Str: []byte(b.String())}
+	if all || want["lockproxy"] { // its lines ask the backend: only when wanted
+		section("Lockproxy", s.infoLockproxy(cl)...)
 	}
-	section("Lockproxy", s.infoLockproxy(cl)...)
 	return backend.Value{Kind: backend.KindVerbatim, Str: []byte(b.String())}
 }
 

@@ -109,14 +109,15 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	// The longest TTL any node now has on these keys bounds what a node
 	// restarting now may forget (the restart quarantine), whether the
 	// script acquired, extended, or failed.
-	longest, shortest := scriptTTLs(keys, created, ttls, b.q)
+	count := createdCount(created)
+	longest, shortest := scriptTTLs(keys, created, count, ttls, b.q)
 	b.noteTTL(longest)
 	// An acquire by script gets Redlock's validity check as SET NX does:
 	// the keys it created on a majority must outlive the time the vote
 	// took plus the drift allowance, by the shortest TTL a creating node
 	// reports.
 	late := agreed && shortest > 0 && elapsed+b.drift(shortest) >= shortest
-	b.undoCreated(ctx, db, created, !agreed || late)
+	b.undoCreated(ctx, db, created, count, !agreed || late)
 	if late {
 		return backend.Value{}, &backend.ReplyError{Reply: fmt.Sprintf(
 			"TRYAGAIN quorum reached too late: the script's acquire took %dms of a %dms TTL", elapsed.Milliseconds(), shortest.Milliseconds())}
@@ -155,17 +156,23 @@ func createdKeys(keys []string, pre, post backend.Value, args [][]byte) map[stri
 	return out
 }
 
-// scriptTTLs reads the TTLs the nodes reported right after a script:
-// longest is the longest of any key on any node; shortest is the shortest
-// a node reports for a key it created, among keys created on a majority
-// (q nodes; 0 when there are none, or they have no expiry).
-func scriptTTLs(keys []string, created []map[string]string, ttls [][]backend.Value, q int) (longest, shortest time.Duration) {
+// createdCount counts, per key, the nodes on which a script created it.
+func createdCount(created []map[string]string) map[string]int {
 	count := map[string]int{}
 	for _, c := range created {
 		for k := range c {
 			count[k]++
 		}
 	}
+	return count
+}
+
+// scriptTTLs reads the TTLs the nodes reported right after a script:
+// longest is the longest of any key on any node; shortest is the shortest
+// a node reports for a key it created, among keys created on a majority
+// (count: createdCount; q nodes; 0 when there are none, or they have no
+// expiry).
+func scriptTTLs(keys []string, created []map[string]string, count map[string]int, ttls [][]backend.Value, q int) (longest, shortest time.Duration) {
 	for i, t := range ttls {
 		for j, v := range t {
 			if v.Kind != backend.KindInt || v.Int <= 0 || j >= len(keys) {
@@ -182,14 +189,9 @@ func scriptTTLs(keys []string, created []map[string]string, ttls [][]backend.Val
 }
 
 // undoCreated removes, with owner-checked deletes, the keys a script
-// created on fewer than Q nodes, or on any node when the vote failed.
-func (b *Backend) undoCreated(ctx context.Context, db int, created []map[string]string, voteFailed bool) {
-	count := map[string]int{}
-	for _, c := range created {
-		for k := range c {
-			count[k]++
-		}
-	}
+// created on fewer than Q nodes (count: createdCount), or on any node when
+// the vote failed.
+func (b *Backend) undoCreated(ctx context.Context, db int, created []map[string]string, count map[string]int, voteFailed bool) {
 	if len(count) == 0 {
 		return
 	}

@@ -1,9 +1,6 @@
 package quorum_test
 
 import (
-	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"os"
 	"strconv"
@@ -14,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // TestFailedScriptAcquireIsUndone runs node redlock 5's real acquire script
@@ -38,8 +34,7 @@ func TestFailedScriptAcquireIsUndone(t *testing.T) {
 	direct[1].Set(ctx, "b", "other", 0)
 
 	b := newBackend(t, addrsOf(nodes))
-	sum := sha1.Sum(src)
-	v, err := b.Eval(ctx, 0, backend.Script{SHA1: hex.EncodeToString(sum[:]), Src: string(src)},
+	v, err := b.Eval(ctx, 0, script(string(src)),
 		[]string{"a", "b"}, [][]byte{[]byte("mine"), []byte("10000")}, false)
 	if err != nil || v.Kind != backend.KindInt || v.Int != 0 {
 		t.Fatalf("acquire over two held keys = %v, %v; want :0", v, err)
@@ -54,7 +49,7 @@ func TestFailedScriptAcquireIsUndone(t *testing.T) {
 	}
 
 	// A successful acquire keeps its keys on every node.
-	v, err = b.Eval(ctx, 0, backend.Script{SHA1: hex.EncodeToString(sum[:]), Src: string(src)},
+	v, err = b.Eval(ctx, 0, script(string(src)),
 		[]string{"c", "d"}, [][]byte{[]byte("mine"), []byte("10000")}, false)
 	if err != nil || v.Int != 2 {
 		t.Fatalf("acquire over free keys = %v, %v; want :2", v, err)
@@ -74,10 +69,6 @@ func TestReleaseIsNotWatched(t *testing.T) {
 	nodes := startNodes(t, 3)
 	b := newBackend(t, addrsOf(nodes))
 	ctx := t.Context()
-	script := func(src string) backend.Script {
-		sum := sha1.Sum([]byte(src))
-		return backend.Script{SHA1: hex.EncodeToString(sum[:]), Src: src}
-	}
 	mgets := func() (n int64) {
 		for _, node := range nodes {
 			c := redis.NewClient(&redis.Options{Addr: node.Addr})
@@ -92,7 +83,7 @@ func TestReleaseIsNotWatched(t *testing.T) {
 		}
 		return n
 	}
-	acquire := backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}}
+	acquire := acq(time.Minute)
 	if res, err := b.Set(ctx, 0, "rel", []byte("tok"), acquire); err != nil || !res.Written {
 		t.Fatalf("acquire: %v, %v", res, err)
 	}
@@ -124,14 +115,9 @@ func TestScriptAcquireValidity(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes := startNodes(t, 3)
-	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), CheckInterval: 20 * time.Millisecond, NodeTimeout: testTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(context.Background())
+	b := newMonitored(t, addrsOf(nodes))
 	ctx := t.Context()
-	sum := sha1.Sum(src)
-	s := backend.Script{SHA1: hex.EncodeToString(sum[:]), Src: string(src)}
+	s := script(string(src))
 
 	_, err = b.Eval(ctx, 0, s, []string{"v:a", "v:b"}, [][]byte{[]byte("mine"), []byte("2")}, false)
 	var re *backend.ReplyError
@@ -149,14 +135,8 @@ func TestScriptAcquireValidity(t *testing.T) {
 	if v, err := b.Eval(ctx, 0, s, []string{"v:c"}, [][]byte{[]byte("mine"), []byte("60000")}, false); err != nil || v.Int != 1 {
 		t.Fatalf("script acquire with a minute = %v, %v; want :1", v, err)
 	}
-	nodes[0].Restart()
-	deadline := time.Now().Add(10 * time.Second)
-	for q := b.Quarantined(); len(q) != 1 || q[0] != nodes[0].Addr; q = b.Quarantined() {
-		if time.Now().After(deadline) {
-			t.Fatal("a node restarted after a script granted a one-minute lock was not quarantined")
-		}
-		time.Sleep(10 * time.Millisecond) // polling the monitor
-	}
+	nodes[0].Restart() // after a script granted a one-minute lock
+	waitQuarantined(t, b, nodes[0].Addr)
 }
 
 // TestLongScriptError: a script's error reply longer than the stream's
@@ -166,14 +146,12 @@ func TestLongScriptError(t *testing.T) {
 	nodes := startNodes(t, 3)
 	b := newBackend(t, addrsOf(nodes))
 	ctx := t.Context()
-	src := `return redis.error_reply(string.rep('x', 100000))`
-	sum := sha1.Sum([]byte(src))
-	_, err := b.Eval(ctx, 0, backend.Script{SHA1: hex.EncodeToString(sum[:]), Src: src}, nil, nil, false)
+	_, err := b.Eval(ctx, 0, script(`return redis.error_reply(string.rep('x', 100000))`), nil, nil, false)
 	var re *backend.ReplyError
 	if !errors.As(err, &re) || len(re.Reply) < 100000 || strings.Trim(strings.TrimPrefix(re.Reply, "ERR "), "x") != "" { // Redis 7 adds ERR
 		t.Fatalf("long error reply = %.80v…; want the script's 100000 x", err)
 	}
-	if res, err := b.Set(ctx, 0, "after", []byte("tok"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}}); err != nil || !res.Written {
+	if res, err := b.Set(ctx, 0, "after", []byte("tok"), acq(time.Minute)); err != nil || !res.Written {
 		t.Fatalf("acquire after the long reply = %v, %v; want OK (the node connections must not have broken)", res, err)
 	}
 }

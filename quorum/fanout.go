@@ -109,7 +109,7 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 	defer timer.Stop()
 	defer b.countFailures(o.replies)
 	defer o.dropQuarantined(b)
-	retried := make([]bool, n)
+	var retried []bool // made on the first retry: most operations have none
 	for {
 		select {
 		case <-o.wake:
@@ -127,12 +127,15 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 		var reqs []*req
 		o.mu.Lock()
 		for i, r := range o.replies {
-			if retried[i] { // once: a script whose own error reply reads NOSCRIPT is not run again and again
+			if retried != nil && retried[i] { // once: a script whose own error reply reads NOSCRIPT is not run again and again
 				continue
 			}
 			if nr := again(i, r); nr != nil {
 				if nr.undo == nil {
 					nr.undo = o.calls[i].undo // the same deletes: sent again if this connection breaks too
+				}
+				if retried == nil {
+					retried = make([]bool, n)
 				}
 				retried[i] = true
 				retry, reqs = append(retry, i), append(reqs, nr)

@@ -2,8 +2,11 @@ package quorum_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,12 +36,60 @@ const testTimeout = 200 * time.Millisecond
 
 func newBackend(t *testing.T, addrs []string) *quorum.Backend {
 	t.Helper()
-	b, err := quorum.New(quorum.Config{Nodes: addrs, NodeTimeout: testTimeout})
+	return newBackendCfg(t, quorum.Config{Nodes: addrs, NodeTimeout: testTimeout})
+}
+
+// newMonitored is newBackend with a monitor that checks the nodes every
+// 20ms, for tests of what it notices (restarts).
+func newMonitored(t *testing.T, addrs []string) *quorum.Backend {
+	t.Helper()
+	return newBackendCfg(t, quorum.Config{Nodes: addrs, NodeTimeout: testTimeout, CheckInterval: 20 * time.Millisecond})
+}
+
+func newBackendCfg(t *testing.T, cfg quorum.Config) *quorum.Backend {
+	t.Helper()
+	b, err := quorum.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close(context.Background()) })
 	return b
+}
+
+// waitQuarantined waits until addr is the one node b keeps out of votes.
+func waitQuarantined(t *testing.T, b *quorum.Backend, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for q := b.Quarantined(); len(q) != 1 || q[0] != addr; q = b.Quarantined() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not quarantined within 10s (quarantined: %v)", addr, q)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the monitor
+	}
+}
+
+// acq is an acquire: SET NX with ttl.
+func acq(ttl time.Duration) backend.SetOptions {
+	return backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: ttl}}
+}
+
+// script is src as the proxy hands it to a backend: with its SHA1.
+func script(src string) backend.Script {
+	sum := sha1.Sum([]byte(src))
+	return backend.Script{SHA1: hex.EncodeToString(sum[:]), Src: src}
+}
+
+// wrapDialer dials like net.Dialer and hands each connection to wrap
+// with the address dialled.
+func wrapDialer(wrap func(c net.Conn, addr string) net.Conn) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, nw, addr string) (net.Conn, error) {
+		var nd net.Dialer
+		c, err := nd.DialContext(ctx, nw, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(c, addr), nil
+	}
 }
 
 func addrsOf(nodes []*testsrv.Redis) []string {

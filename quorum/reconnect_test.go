@@ -11,13 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/quorum"
 )
-
-var acq = func(ttl time.Duration) backend.SetOptions {
-	return backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: ttl}}
-}
 
 // TestRestartedNodeQuarantinedBeforeItVotes: X holds a lock on nodes 0
 // and 1; node 0 restarts empty. Its stream reconnects at once, long before
@@ -71,16 +66,9 @@ func TestCloseWhileConnecting(t *testing.T) {
 	nodes := startNodes(t, 1)
 	d := &blockDialer{blocked: make(chan struct{}), release: make(chan struct{})}
 	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout,
-		Dialer: func(ctx context.Context, nw, addr string) (net.Conn, error) {
-			var nd net.Dialer
-			c, err := nd.DialContext(ctx, nw, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &blockConn{Conn: c, d: d}, nil
-		}})
+		Dialer: wrapDialer(func(c net.Conn, _ string) net.Conn { return &blockConn{Conn: c, d: d} })})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatal(err) // not newBackendCfg: this test closes b itself, and must see Close return
 	}
 	d.armed.Store(true)
 	go b.Set(context.Background(), 1, "k", []byte("t"), acq(time.Second)) // starts db 1's stream
@@ -118,22 +106,13 @@ func (c *breakConn) Write(p []byte) (int, error) {
 func TestUndoRetryKeepsItsRedo(t *testing.T) {
 	nodes := startNodes(t, 3)
 	var armed atomic.Bool
-	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout,
-		Dialer: func(ctx context.Context, nw, addr string) (net.Conn, error) {
-			var nd net.Dialer
-			c, err := nd.DialContext(ctx, nw, addr)
-			if err != nil {
-				return nil, err
-			}
+	b := newBackendCfg(t, quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout,
+		Dialer: wrapDialer(func(c net.Conn, addr string) net.Conn {
 			if addr == nodes[0].Addr {
-				return &breakConn{Conn: c, armed: &armed}, nil
+				return &breakConn{Conn: c, armed: &armed}
 			}
-			return c, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(context.Background())
+			return c
+		})})
 	ctx := t.Context()
 	var direct []*redis.Client
 	for _, n := range nodes {
@@ -161,23 +140,13 @@ func TestUndoRetryKeepsItsRedo(t *testing.T) {
 // quarantined after a restart) is still undone there when the vote fails.
 func TestUndoReachesQuarantinedNode(t *testing.T) {
 	nodes := startNodes(t, 3)
-	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), CheckInterval: 20 * time.Millisecond, NodeTimeout: testTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(context.Background())
+	b := newMonitored(t, addrsOf(nodes))
 	ctx := t.Context()
 	if r, err := b.Set(ctx, 0, "granted", []byte("X"), acq(time.Minute)); err != nil || !r.Written {
 		t.Fatalf("acquire: %v %v", r, err)
 	}
 	nodes[0].Restart()
-	deadline := time.Now().Add(10 * time.Second)
-	for q := b.Quarantined(); len(q) != 1; q = b.Quarantined() {
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted node was not quarantined")
-		}
-		time.Sleep(10 * time.Millisecond) // polling the monitor
-	}
+	waitQuarantined(t, b, nodes[0].Addr)
 	var direct []*redis.Client
 	for _, n := range nodes {
 		c := redis.NewClient(&redis.Options{Addr: n.Addr})

@@ -35,10 +35,15 @@ func (b *Backend) quarantined(i int) bool {
 	return time.Now().UnixNano() < b.health[i].qUntil.Load()
 }
 
-// quarantine keeps node i out of votes for d, from now. Under h.mu.
-func (h *health) quarantine(d time.Duration) {
+// restarted keeps node i, seen to restart, out of votes for the longest
+// TTL granted: what it may have forgotten. Under its health's mu.
+func (b *Backend) restarted(i int) {
+	h := &b.health[i]
+	d := time.Duration(b.maxTTL.Load())
 	h.quarantined = time.Now().Add(d)
 	h.qUntil.Store(h.quarantined.UnixNano())
+	b.cfg.Logger.Warn("quorum node restarted: kept out of votes for the longest TTL it may have forgotten",
+		"node", b.nodes[i].addr, "for", d.String())
 }
 
 // noteRunID is told the run_id of each new stream connection to node i,
@@ -50,10 +55,7 @@ func (b *Backend) noteRunID(i int, runID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.streamRunID != "" && runID != h.streamRunID && !h.persistent {
-		d := time.Duration(b.maxTTL.Load())
-		h.quarantine(d)
-		b.cfg.Logger.Warn("quorum node restarted: kept out of votes for the longest TTL it may have forgotten",
-			"node", b.nodes[i].addr, "for", d.String())
+		b.restarted(i)
 	}
 	h.streamRunID = runID
 }
@@ -143,10 +145,7 @@ func (b *Backend) check(i int) {
 	}
 	h.warnings = warn
 	if h.runID != "" && runID != h.runID && !h.persistent {
-		d := time.Duration(b.maxTTL.Load())
-		h.quarantine(d)
-		b.cfg.Logger.Warn("quorum node restarted: kept out of votes for the longest TTL it may have forgotten",
-			"node", n.addr, "for", d.String())
+		b.restarted(i)
 	}
 	h.runID = runID
 }

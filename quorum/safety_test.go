@@ -1,7 +1,6 @@
 package quorum_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/quorum"
 )
 
 func TestPersistenceWarnings(t *testing.T) {
@@ -38,11 +36,7 @@ func TestPersistenceWarnings(t *testing.T) {
 // lock. Node 0 must stay out of votes for the longest TTL granted.
 func TestRestartedNodeIsQuarantined(t *testing.T) {
 	nodes := startNodes(t, 3)
-	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), CheckInterval: 20 * time.Millisecond, NodeTimeout: testTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(context.Background())
+	b := newMonitored(t, addrsOf(nodes))
 	ctx := t.Context()
 	acquire := func(tok string) (backend.SetResult, error) {
 		return b.Set(ctx, 0, "res", []byte(tok), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}})
@@ -55,13 +49,7 @@ func TestRestartedNodeIsQuarantined(t *testing.T) {
 	n2.Del(ctx, "res") // node 2 missed A's acquire
 
 	nodes[0].Restart()
-	deadline := time.Now().Add(10 * time.Second)
-	for q := b.Quarantined(); len(q) != 1 || q[0] != nodes[0].Addr; q = b.Quarantined() {
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted node was not quarantined")
-		}
-		time.Sleep(10 * time.Millisecond) // polling the monitor
-	}
+	waitQuarantined(t, b, nodes[0].Addr)
 	if res, err := acquire("B"); res.Written {
 		t.Fatalf("B acquired a lock A holds (err %v): the restarted node voted", err)
 	}
