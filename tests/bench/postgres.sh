@@ -1,0 +1,58 @@
+#!/bin/bash
+# Measures postgres mode beside its raw pgx baseline in one run, with the
+# CPU each party spends per lock cycle: the figures of README "Postgres mode".
+#
+#   tests/bench/postgres.sh DSN [advisory|lease] [duration]
+#
+# DSN names a database this script may create lockproxy's table in. For
+# PostgreSQL's CPU the cluster must run on this machine: PGDATA names its
+# data directory (its postmaster.pid); without it PostgreSQL's share is not
+# printed. lockproxy listens on BASE_PORT+100 (default 17100). Not part of
+# the test suite: figures on a shared machine are only worth their ratios.
+set -euo pipefail
+dsn=${1:?usage: $0 DSN [advisory|lease] [duration]}
+strategy=${2:-advisory}
+dur=${3:-10s}
+base=${BASE_PORT:-17000}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+dir=$(mktemp -d)
+lp=
+cleanup() {
+	[ -n "$lp" ] && kill "$lp" 2>/dev/null || true
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+
+(cd "$root" && go build -o "$dir/lockproxy" ./cmd/lockproxy && go build -o "$dir/lockbench" ./cmd/lockbench)
+cpu() { awk '{print $14+$15}' "/proc/$1/stat"; } # user+system ticks (1/100 s)
+# pgcpu: the cluster's CPU ticks: the postmaster's children alive now, and
+# those it has reaped (the baseline's backends end with the run).
+pgcpu() {
+	[ -n "${PGDATA:-}" ] || { echo 0; return; }
+	local pm t p
+	pm=$(head -1 "$PGDATA/postmaster.pid")
+	t=$(awk '{print $14+$15+$16+$17}' "/proc/$pm/stat")
+	for p in $(pgrep -P "$pm"); do t=$((t + $(cpu "$p"))); done
+	echo "$t"
+}
+
+addr=127.0.0.1:$((base + 100))
+"$dir/lockproxy" --backend postgres --postgres-dsn "$dsn" --postgres-strategy "$strategy" --listen "$addr" --admin-listen '' >"$dir/lockproxy.log" 2>&1 &
+lp=$!
+sleep 1.5
+kill -0 "$lp" || { cat "$dir/lockproxy.log"; exit 1; }
+
+measure() {
+	local p0 p1 l0 l1 out cyc lb
+	p0=$(pgcpu); l0=$(cpu "$lp")
+	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -clients 50 -duration "$dur" 2>&1)
+	p1=$(pgcpu); l1=$(cpu "$lp")
+	echo "$out" | grep -v LOADTOOL | sed 's/postgres:\/\/[^ ]*/DSN/'
+	cyc=$(echo "$out" | sed -n 's/.*(\([0-9]*\) cycles in.*/\1/p')
+	lb=$(echo "$out" | awk '/LOADTOOL/ {printf "%d", ($2 + $3) * 1000000}')
+	echo "  CPU µs per cycle: load tool $((lb / cyc)), lockproxy $(( (l1 - l0) * 10000 / cyc )), postgres $(( (p1 - p0) * 10000 / cyc ))"
+}
+measure "$addr"
+raw=pgx
+[ "$strategy" = lease ] && raw=pgx-lease
+measure "$raw:$dsn"
