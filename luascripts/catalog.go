@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
@@ -49,6 +51,31 @@ func lookupNative(src string) native { return catalog[normalize(src)] }
 // may delete it, and never creates a key. The quorum backend needs no
 // before-and-after reads of its keys then.
 func IsRelease(src string) bool { return lookupNative(src) != nil }
+
+// Releases remembers IsRelease by SHA1 (which the proxy computes from the
+// source, backend.Script), for at most maxReleases scripts, so that a
+// backend asks it on every EVAL without normalising the source each time.
+// The zero value is ready.
+type Releases struct {
+	known sync.Map     // SHA1 → bool
+	n     atomic.Int64 // entries in known
+}
+
+const maxReleases = 4096
+
+// Is reports IsRelease(s.Src).
+func (r *Releases) Is(s backend.Script) bool {
+	if v, ok := r.known.Load(s.SHA1); ok {
+		return v.(bool)
+	}
+	is := IsRelease(s.Src)
+	if r.n.Load() < maxReleases && s.SHA1 != "" {
+		if _, loaded := r.known.LoadOrStore(s.SHA1, is); !loaded {
+			r.n.Add(1)
+		}
+	}
+	return is
+}
 
 var (
 	cmdGet = []byte("get")

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
@@ -27,7 +26,7 @@ import (
 // text to create nothing) is not watched: a release is one command per
 // node, not three.
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
-	watch := !ro && len(keys) > 0 && !b.isRelease(s)
+	watch := !ro && len(keys) > 0 && !b.releases.Is(s)
 	build := func(eval bool) *req {
 		r := &req{}
 		mget := 0
@@ -240,20 +239,3 @@ func (b *Backend) voteTime(vals []backend.Value, ok []bool) (backend.Value, bool
 	}
 	return backend.Int(top[0]), true
 }
-
-// isRelease caches luascripts.IsRelease by SHA1, which the proxy computes
-// from the source (backend.Script), for at most maxReleaseCache scripts.
-func (b *Backend) isRelease(s backend.Script) bool {
-	if v, ok := b.releases.Load(s.SHA1); ok {
-		return v.(bool)
-	}
-	r := luascripts.IsRelease(s.Src)
-	if b.releaseN.Load() < maxReleaseCache && s.SHA1 != "" {
-		if _, loaded := b.releases.LoadOrStore(s.SHA1, r); !loaded {
-			b.releaseN.Add(1)
-		}
-	}
-	return r
-}
-
-const maxReleaseCache = 4096

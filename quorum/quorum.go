@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
@@ -72,8 +73,7 @@ type Backend struct {
 	replies *prometheus.HistogramVec // per node: see metrics.go
 	maxTTL  atomic.Int64             // the longest TTL granted, as a Duration
 
-	releases sync.Map     // SHA1 → luascripts.IsRelease (eval.go)
-	releaseN atomic.Int64 // entries in releases
+	releases luascripts.Releases // the catalogued release scripts seen (eval.go)
 	stop     chan struct{}
 	done     chan struct{}
 }
