@@ -27,9 +27,10 @@
 //     the instance that holds them.
 //   - lease: the (logged) lease table is the truth and PostgreSQL's clock
 //     the only clock. Each write is one transaction that takes
-//     pg_try_advisory_xact_lock on its keys and reads and writes their rows;
-//     locks survive restarts of lockproxy, at the price of a durable write
-//     per operation.
+//     pg_try_advisory_xact_lock on its keys and reads and writes their rows
+//     (SET NX with a TTL and the catalogued release scripts: one statement
+//     that does the same, lease.go); locks survive restarts of lockproxy, at
+//     the price of a durable write per operation.
 //
 // Semantics come from package memory, the reference model: an operation
 // locks its keys' stripes in this process, the strategy prepares the keys

@@ -27,6 +27,15 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 			return res, err
 		}
 	}
+	if l, ok := b.store.(*leaseStore); ok && o.Cond == backend.IfAbsent && !o.Get && !o.KeepTTL &&
+		o.Expiry.At.IsZero() && o.Expiry.TTL > 0 && o.Expiry.TTL%time.Millisecond == 0 {
+		unlock := b.lockStripes([]dbKey{k})
+		written, done, err := l.acquire(ctx, k, token, o.Expiry.TTL)
+		unlock()
+		if done {
+			return backend.SetResult{Written: written}, err
+		}
+	}
 	var res backend.SetResult
 	err := b.write(ctx, []dbKey{k}, func(ks backend.KeySpace) (err error) {
 		res, err = ks.Set(ctx, db, key, token, o)
@@ -238,6 +247,19 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	dk := make([]dbKey, len(keys))
 	for i, k := range keys {
 		dk[i] = dbKey{db, k}
+	}
+	if l, ok := b.store.(*leaseStore); ok && !ro && len(keys) == 1 && len(args) >= 1 && b.releases.Is(s) {
+		unlock := b.lockStripes(dk)
+		deleted, done, err := l.release(ctx, dk[0], args[0])
+		unlock()
+		switch {
+		case done && err != nil:
+			return backend.Value{}, err
+		case done && deleted:
+			return backend.Int(1), nil
+		case done:
+			return backend.Int(0), nil
+		}
 	}
 	var v backend.Value
 	err := b.write(ctx, dk, func(ks backend.KeySpace) (err error) {

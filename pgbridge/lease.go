@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -238,3 +239,74 @@ func (s *leaseStore) reap() {
 func (s *leaseStore) check(ctx context.Context) error { return s.b.pool.Ping(ctx) }
 
 func (s *leaseStore) close() {}
+
+// The two commands nearly every lock client sends, SET … NX with a TTL
+// and the catalogued release script, run in the lease strategy as one
+// autocommit statement each instead of a transaction of two round trips
+// on the reference model. Each does what the general path would do: it
+// takes the key's transaction lock first (so SQL users of the advisory
+// lock still exclude it, and writers of one key still run one after the
+// other), treats a row whose deadline has come (by PostgreSQL's clock) as
+// absent, and stores a TTL as now() + TTL. When the transaction lock is
+// taken by someone else, or the statement could not be sent, the general
+// path runs instead: it retries the lock and the connection as before.
+
+// acquire is SET key token NX PX ttl; done is false when the general path
+// must run.
+func (s *leaseStore) acquire(ctx context.Context, k dbKey, token []byte, ttl time.Duration) (written, done bool, err error) {
+	var locked bool
+	err = s.b.pool.QueryRow(ctx, `WITH l AS MATERIALIZED (
+			SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, $1::int::bigint)) AS ok),
+		w AS (INSERT INTO `+s.b.table+` AS t (db, key, lock_id, token, deadline_ms, holder)
+			SELECT $1::int, $2::bytea, hashtextextended($3::text, $1::int::bigint), $4::bytea,
+				LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint, 'lease'
+			FROM l WHERE ok
+			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, deadline_ms = EXCLUDED.deadline_ms
+				WHERE t.deadline_ms <= `+pgNowMS+`
+			RETURNING 1)
+		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM w)`,
+		k.db, []byte(k.key), hashText(k.key), nonNil(token), ttl.Milliseconds()).Scan(&locked, &written)
+	return written, s.fastDone(locked, err), fastErr(err)
+}
+
+// release runs a catalogued release script (luascripts.IsRelease) on key:
+// the row goes if it holds token and its deadline has not come. Every
+// catalogued script answers 1 then, 0 otherwise.
+func (s *leaseStore) release(ctx context.Context, k dbKey, token []byte) (deleted, done bool, err error) {
+	var locked bool
+	err = s.b.pool.QueryRow(ctx, `WITH l AS MATERIALIZED (
+			SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, $1::int::bigint)) AS ok),
+		d AS (DELETE FROM `+s.b.table+` t USING l
+			WHERE l.ok AND t.db = $1 AND t.key = $2 AND t.token = $4
+				AND (t.deadline_ms IS NULL OR t.deadline_ms > `+pgNowMS+`)
+			RETURNING 1)
+		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM d)`,
+		k.db, []byte(k.key), hashText(k.key), nonNil(token)).Scan(&locked, &deleted)
+	return deleted, s.fastDone(locked, err), fastErr(err)
+}
+
+// fastDone reports whether a fast statement decided the command: it ran
+// with the key's transaction lock, or it failed after it may have reached
+// PostgreSQL (its outcome is then unknown: TRYAGAIN, never a retry, which
+// could answer a lock this client was just granted as held).
+func (s *leaseStore) fastDone(locked bool, err error) bool {
+	if err != nil {
+		return !pgconn.SafeToRetry(err)
+	}
+	return locked
+}
+
+func fastErr(err error) error {
+	if err == nil || pgconn.SafeToRetry(err) {
+		return nil
+	}
+	return tryAgain(err)
+}
+
+// nonNil keeps an empty token a value: a nil []byte is NULL.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

@@ -71,6 +71,7 @@ type Backend struct {
 	instance string                      // random per process: this instance's name in lease rows and its NOTIFY channel
 	scratch  [numScratch]*memory.Backend // where operations run; see engine.go
 	runner   *luascripts.Runner
+	releases luascripts.Releases // catalogued release scripts seen (lease fast path)
 	log      *slog.Logger
 	seed     maphash.Seed
 	stripes  [numStripes]stripe

@@ -2,6 +2,8 @@ package pgbridge_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"strings"
@@ -147,4 +149,109 @@ func TestReap(t *testing.T) {
 			t.Fatalf("the live lock after the reaper ran = %q, %v, %v", v, ok, err)
 		}
 	})
+}
+
+// TestLeaseFastPaths: in the lease strategy SET … NX PX and the catalogued
+// release scripts run as one statement each (lease.go); they must answer
+// as the general path does: a live row is held, a row past its deadline
+// is absent, only the owner's token releases, the TTL counts from the
+// command, and an SQL session holding the key's advisory lock excludes.
+func TestLeaseFastPaths(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	b := newBackend(t, pgbridge.Lease, dsn)
+	nx := func(ttl time.Duration) backend.SetOptions {
+		return backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: ttl}}
+	}
+	set := func(key, token string, o backend.SetOptions) bool {
+		t.Helper()
+		r, err := b.Set(ctx, 0, key, []byte(token), o)
+		if err != nil {
+			t.Fatalf("SET %s %s: %v", key, token, err)
+		}
+		return r.Written
+	}
+	for _, src := range []string{
+		`if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`,
+		"local token = redis.call('get', KEYS[1])\nif not token or token ~= ARGV[1] then\n    return 0\nend\nredis.call('del', KEYS[1])\nreturn 1",
+	} {
+		h := sha1.Sum([]byte(src))
+		script := backend.Script{SHA1: hex.EncodeToString(h[:]), Src: src}
+		release := func(key, token string) int64 {
+			t.Helper()
+			v, err := b.Eval(ctx, 0, script, []string{key}, [][]byte{[]byte(token)}, false)
+			if err != nil || v.Kind != backend.KindInt {
+				t.Fatalf("release %s %s = %+v, %v; want an integer", key, token, v, err)
+			}
+			return v.Int
+		}
+		key := "fast:" + script.SHA1[:8]
+		if !set(key, "t1", nx(time.Minute)) {
+			t.Fatal("SET NX PX on an absent key: not written")
+		}
+		if set(key, "t2", nx(time.Minute)) {
+			t.Fatal("SET NX PX on a held key: written")
+		}
+		if ms, err := b.PTTL(ctx, 0, key); err != nil || ms <= 59_000 || ms > 60_000 {
+			t.Fatalf("PTTL after SET PX 60000 = %d, %v", ms, err)
+		}
+		if n := release(key, "t2"); n != 0 {
+			t.Fatalf("release by another token = %d; want 0", n)
+		}
+		if n := release(key, "t1"); n != 1 {
+			t.Fatalf("release by the owner = %d; want 1", n)
+		}
+		if n := release(key, "t1"); n != 0 {
+			t.Fatalf("second release = %d; want 0", n)
+		}
+		if _, ok, err := b.Get(ctx, 0, key); ok || err != nil {
+			t.Fatalf("GET after release: present %v, %v", ok, err)
+		}
+
+		// A row past its deadline (the reaper has not run yet) is absent
+		// for both.
+		if !set(key, "old", nx(5*time.Millisecond)) {
+			t.Fatal("SET NX PX 5: not written")
+		}
+		time.Sleep(20 * time.Millisecond) // past the 5 ms TTL
+		if n := release(key, "old"); n != 0 {
+			t.Fatalf("release of an expired lock by its owner = %d; want 0", n)
+		}
+		if !set(key, "new", nx(time.Minute)) {
+			t.Fatal("SET NX PX over an expired row: not written")
+		}
+		if v, _, err := b.Get(ctx, 0, key); string(v) != "new" || err != nil {
+			t.Fatalf("GET = %q, %v; want new", v, err)
+		}
+		if n := release(key, "new"); n != 1 {
+			t.Fatalf("release = %d; want 1", n)
+		}
+
+		// A key without a TTL is held forever.
+		if !set(key, "forever", backend.SetOptions{}) || set(key, "t", nx(time.Minute)) {
+			t.Fatal("SET NX PX over a key without a TTL was written (or the plain SET was not)")
+		}
+	}
+
+	// An SQL session holding the advisory lock excludes SET NX PX (the
+	// fast statement cannot take the transaction lock; the general path
+	// then gives up with nil); once it lets go, the key can be taken.
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended('fast:sql', 0))"); err != nil {
+		t.Fatal(err)
+	}
+	if set("fast:sql", "t", nx(time.Minute)) {
+		t.Fatal("SET NX PX while an SQL session holds the advisory lock: written")
+	}
+	if _, err := c.Exec(ctx, "SELECT pg_advisory_unlock(hashtextextended('fast:sql', 0))"); err != nil {
+		t.Fatal(err)
+	}
+	if !set("fast:sql", "t", nx(time.Minute)) {
+		t.Fatal("SET NX PX after the SQL session let go: not written")
+	}
 }
