@@ -125,6 +125,7 @@ type node struct {
 	opt     *redis.Options
 	streams [keycmd.Databases]atomic.Pointer[stream]
 	mu      sync.Mutex
+	closed  bool // under mu: Close ran; a stream made since is born closed
 	client  *redis.Client
 
 	replies  prometheus.Observer // reply times
@@ -142,9 +143,26 @@ func (n *node) stream(db int, cfg *Config) *stream {
 	if s := n.streams[db].Load(); s != nil {
 		return s
 	}
-	s := newStream(n.addr, db, n.opt, cfg, n.replies, n.onRunID)
+	var s *stream
+	if n.closed {
+		s = closedStream(n.addr, db)
+	} else {
+		s = newStream(n.addr, db, n.opt, cfg, n.replies, n.onRunID)
+	}
 	n.streams[db].Store(s)
 	return s
+}
+
+// close closes the node's streams; streams asked for later fail every call.
+func (n *node) close() {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	for i := range n.streams {
+		if s := n.streams[i].Load(); s != nil {
+			s.close()
+		}
+	}
 }
 
 // New connects to the nodes (a node down at start is a node down, not a
@@ -211,11 +229,7 @@ func (b *Backend) Close(context.Context) error {
 	<-b.done
 	var errs *multierror.Error
 	for _, n := range b.nodes {
-		for i := range n.streams {
-			if s := n.streams[i].Load(); s != nil {
-				s.close()
-			}
-		}
+		n.close()
 		errs = multierror.Append(errs, n.client.Close())
 	}
 	return errs.ErrorOrNil()

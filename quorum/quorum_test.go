@@ -258,3 +258,32 @@ func TestReleaseNeedsMajority(t *testing.T) {
 		t.Fatalf("GET = %q %v %v; want the majority's token", tok, ok, err)
 	}
 }
+
+// TestClosedServesNothing: after Close, an operation on a database no
+// operation used before (so no node stream existed for it) fails; it must
+// not start a stream, which would connect to the nodes and serve after
+// Close, and stay running past it.
+func TestClosedServesNothing(t *testing.T) {
+	nodes := startNodes(t, 3)
+	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := b.Set(ctx, 0, "k", []byte("t"), acq(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range []int{0, 3} {
+		if r, err := b.Set(ctx, db, "after-close", []byte("t"), acq(time.Minute)); err == nil {
+			t.Errorf("SET NX in db %d after Close = %+v; want an error", db, r)
+		}
+	}
+	direct := redis.NewClient(&redis.Options{Addr: nodes[0].Addr, DB: 3})
+	defer direct.Close()
+	if n, err := direct.Exists(ctx, "after-close").Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS after-close on a node = %d, %v; want 0", n, err)
+	}
+}

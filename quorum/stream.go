@@ -114,6 +114,18 @@ func newStream(addr string, db int, opt *redis.Options, cfg *Config, replies pro
 	return s
 }
 
+// closedStream is a stream of a closed Backend: it fails every call and
+// runs nothing.
+func closedStream(addr string, db int) *stream {
+	s := &stream{addr: addr, db: db, state: closed, err: errStreamClosed,
+		wake: make(chan struct{}, 1), ready: make(chan struct{}), done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.cancel()
+	close(s.ready)
+	close(s.done)
+	return s
+}
+
 // send queues cl's encoded commands buf. The call is answered (or failed)
 // through its operation.
 func (s *stream) send(cl *call, buf []byte) {
