@@ -266,7 +266,7 @@ func (s *leaseStore) acquire(ctx context.Context, k dbKey, token []byte, ttl tim
 			RETURNING 1)
 		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM w)`,
 		k.db, []byte(k.key), hashText(k.key), nonNil(token), ttl.Milliseconds()).Scan(&locked, &written)
-	return written, s.fastDone(locked, err), fastErr(err)
+	return written, fastDone(locked, err), fastErr(err)
 }
 
 // release runs a catalogued release script (luascripts.IsRelease) on key:
@@ -282,14 +282,14 @@ func (s *leaseStore) release(ctx context.Context, k dbKey, token []byte) (delete
 			RETURNING 1)
 		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM d)`,
 		k.db, []byte(k.key), hashText(k.key), nonNil(token)).Scan(&locked, &deleted)
-	return deleted, s.fastDone(locked, err), fastErr(err)
+	return deleted, fastDone(locked, err), fastErr(err)
 }
 
 // fastDone reports whether a fast statement decided the command: it ran
 // with the key's transaction lock, or it failed after it may have reached
 // PostgreSQL (its outcome is then unknown: TRYAGAIN, never a retry, which
 // could answer a lock this client was just granted as held).
-func (s *leaseStore) fastDone(locked bool, err error) bool {
+func fastDone(locked bool, err error) bool {
 	if err != nil {
 		return !pgconn.SafeToRetry(err)
 	}
