@@ -370,7 +370,7 @@ func (a *advisory) readTable(ctx context.Context, k dbKey) (state, string, error
 	var tok []byte
 	var exp *int64
 	var holder string
-	err := retryRead(ctx, func() error {
+	err := a.b.retryRead(ctx, func() error {
 		return a.b.pool.QueryRow(ctx, `SELECT l.token, l.deadline_ms, l.holder FROM `+a.b.table+` l
 			WHERE l.db = $1 AND l.key = $2 AND `+heldByRowHolder, k.db, []byte(k.key)).Scan(&tok, &exp, &holder)
 	})

@@ -47,7 +47,7 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 	unlock := b.lockStripes(keys)
 	defer unlock()
 	var t tx
-	err := retryRead(ctx, func() (err error) { // nothing is committed before the commit
+	err := b.retryRead(ctx, func() (err error) { // nothing is committed before the commit
 		t, err = b.store.prepare(ctx, keys)
 		return err
 	})

@@ -222,7 +222,7 @@ func (b *Backend) dbSize(ctx context.Context, db int, except [][]byte) (int64, e
 		except = [][]byte{}
 	}
 	var n int64
-	err := retryRead(ctx, func() error { return b.countLive(ctx, db, except, &n) })
+	err := b.retryRead(ctx, func() error { return b.countLive(ctx, db, except, &n) })
 	return n, err
 }
 
@@ -232,7 +232,7 @@ func (b *Backend) countLive(ctx context.Context, db int, except [][]byte, n *int
 			AND (l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder, db, nowMS(), except).Scan(n)
 	} else {
 		err = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE db = $1 AND NOT (key = ANY($2))
-			AND (deadline_ms IS NULL OR deadline_ms > `+pgNowMS+`)`, db, except).Scan(n)
+			AND `+leaseLive("deadline_ms"), db, except).Scan(n)
 	}
 	return err
 }

@@ -177,9 +177,9 @@ func (t *leaseTx) discard() {
 func (s *leaseStore) read(ctx context.Context, k dbKey) (state, error) {
 	var tok []byte
 	var left *int64
-	err := retryRead(ctx, func() error {
+	err := s.b.retryRead(ctx, func() error {
 		return s.b.pool.QueryRow(ctx, `SELECT token, deadline_ms - `+pgNowMS+`
-			FROM `+s.b.table+` WHERE db = $1 AND key = $2 AND (deadline_ms IS NULL OR deadline_ms > `+pgNowMS+`)`,
+			FROM `+s.b.table+` WHERE db = $1 AND key = $2 AND `+leaseLive("deadline_ms"),
 			k.db, []byte(k.key)).Scan(&tok, &left)
 	})
 	local := nowMS()
@@ -262,11 +262,12 @@ func (s *leaseStore) acquire(ctx context.Context, k dbKey, token []byte, ttl tim
 				LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint, 'lease'
 			FROM l WHERE ok
 			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, deadline_ms = EXCLUDED.deadline_ms
-				WHERE t.deadline_ms <= `+pgNowMS+`
+				WHERE NOT `+leaseLive("t.deadline_ms")+`
 			RETURNING 1)
 		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM w)`,
 		k.db, []byte(k.key), hashText(k.key), nonNil(token), ttl.Milliseconds()).Scan(&locked, &written)
-	return written, fastDone(locked, err), fastErr(err)
+	done, err = s.fastResult(ctx, locked, err)
+	return written, done, err
 }
 
 // release runs a catalogued release script (luascripts.IsRelease) on key:
@@ -278,29 +279,29 @@ func (s *leaseStore) release(ctx context.Context, k dbKey, token []byte) (delete
 			SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, $1::int::bigint)) AS ok),
 		d AS (DELETE FROM `+s.b.table+` t USING l
 			WHERE l.ok AND t.db = $1 AND t.key = $2 AND t.token = $4
-				AND (t.deadline_ms IS NULL OR t.deadline_ms > `+pgNowMS+`)
+				AND `+leaseLive("t.deadline_ms")+`
 			RETURNING 1)
 		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM d)`,
 		k.db, []byte(k.key), hashText(k.key), nonNil(token)).Scan(&locked, &deleted)
-	return deleted, fastDone(locked, err), fastErr(err)
+	done, err = s.fastResult(ctx, locked, err)
+	return deleted, done, err
 }
 
-// fastDone reports whether a fast statement decided the command: it ran
-// with the key's transaction lock, or it failed after it may have reached
-// PostgreSQL (its outcome is then unknown: TRYAGAIN, never a retry, which
-// could answer a lock this client was just granted as held).
-func fastDone(locked bool, err error) bool {
-	if err != nil {
-		return !pgconn.SafeToRetry(err)
+// fastResult turns a fast statement's outcome into done (it decided the
+// command) and the error to answer. A failure after the statement may have
+// reached PostgreSQL is TRYAGAIN, never a retry, which could answer a lock
+// this client was just granted as held; a failed connection also drops the
+// pool's others (Backend.dropPool), so that one TRYAGAIN is all a restart
+// of PostgreSQL costs.
+func (s *leaseStore) fastResult(ctx context.Context, locked bool, err error) (bool, error) {
+	switch {
+	case err == nil:
+		return locked, nil
+	case pgconn.SafeToRetry(err):
+		return false, nil
 	}
-	return locked
-}
-
-func fastErr(err error) error {
-	if err == nil || pgconn.SafeToRetry(err) {
-		return nil
-	}
-	return tryAgain(err)
+	s.b.dropPool(ctx, err)
+	return true, tryAgain(err)
 }
 
 // nonNil keeps an empty token a value: a nil []byte is NULL.

@@ -66,7 +66,7 @@ func (b *Backend) HeldLocks() int64 {
 	ctx, cancel := context.WithTimeout(b.ctx, time.Second)
 	defer cancel()
 	var n int64
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE deadline_ms IS NULL OR deadline_ms > `+pgNowMS).Scan(&n); err == nil {
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE `+leaseLive("deadline_ms")).Scan(&n); err == nil {
 		b.heldLast.Store(n)
 	}
 	return b.heldLast.Load()

@@ -374,16 +374,27 @@ func tryAgain(err error) error {
 }
 
 // retryRead runs f again after a connection failure, up to three times:
-// for reads and for work that commits nothing. After PostgreSQL restarts,
-// the pool hands out its dead connections one by one.
-func retryRead(ctx context.Context, f func() error) error {
+// for reads and for work that commits nothing.
+func (b *Backend) retryRead(ctx context.Context, f func() error) error {
 	var err error
 	for range 3 {
 		if err = f(); err == nil || !connError(err) || ctx.Err() != nil {
 			return err
 		}
+		b.dropPool(ctx, err)
 	}
 	return err
+}
+
+// dropPool closes the pool's connections after err, when err is a failure
+// of a connection and not of the client's context: after PostgreSQL
+// restarts, every idle connection is as dead as the one that failed, and
+// the pool would hand them out one by one, a failed command (or a retry)
+// each. Connections in use are closed when they come back.
+func (b *Backend) dropPool(ctx context.Context, err error) {
+	if connError(err) && ctx.Err() == nil {
+		b.pool.Reset()
+	}
 }
 
 // connError reports whether err is a failure of the connection rather
@@ -424,6 +435,14 @@ func addMS(now, left int64) int64 {
 
 // pgNowMS is PostgreSQL's clock (the transaction's start) in Unix ms.
 const pgNowMS = `floor(extract(epoch from now()) * 1000)::bigint`
+
+// leaseLive holds for a lease row whose deadline (the column col) has not
+// come by PostgreSQL's clock: the lease strategy's one rule of expiry
+// (leaseTx.begin reads deadline_ms - now as the time left, and no time
+// left as absent).
+func leaseLive(col string) string {
+	return `(` + col + ` IS NULL OR ` + col + ` > ` + pgNowMS + `)`
+}
 
 // rowQuerier is what a read runs on: the pool or a transaction.
 type rowQuerier interface {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,6 +152,12 @@ func TestReap(t *testing.T) {
 	})
 }
 
+// scriptOf is src as the proxy hands it to a backend: with its SHA1.
+func scriptOf(src string) backend.Script {
+	h := sha1.Sum([]byte(src))
+	return backend.Script{SHA1: hex.EncodeToString(h[:]), Src: src}
+}
+
 // TestLeaseFastPaths: in the lease strategy SET … NX PX and the catalogued
 // release scripts run as one statement each (lease.go); they must answer
 // as the general path does: a live row is held, a row past its deadline
@@ -176,8 +183,7 @@ func TestLeaseFastPaths(t *testing.T) {
 		`if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`,
 		"local token = redis.call('get', KEYS[1])\nif not token or token ~= ARGV[1] then\n    return 0\nend\nredis.call('del', KEYS[1])\nreturn 1",
 	} {
-		h := sha1.Sum([]byte(src))
-		script := backend.Script{SHA1: hex.EncodeToString(h[:]), Src: src}
+		script := scriptOf(src)
 		release := func(key, token string) int64 {
 			t.Helper()
 			v, err := b.Eval(ctx, 0, script, []string{key}, [][]byte{[]byte(token)}, false)
@@ -234,9 +240,11 @@ func TestLeaseFastPaths(t *testing.T) {
 		}
 	}
 
+	release := scriptOf(`if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`)
 	// An SQL session holding the advisory lock excludes SET NX PX (the
 	// fast statement cannot take the transaction lock; the general path
-	// then gives up with nil); once it lets go, the key can be taken.
+	// then gives up with nil) and the release of a lock taken before: it
+	// fails and the lock stays. Once the session lets go, both work.
 	c, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -253,5 +261,75 @@ func TestLeaseFastPaths(t *testing.T) {
 	}
 	if !set("fast:sql", "t", nx(time.Minute)) {
 		t.Fatal("SET NX PX after the SQL session let go: not written")
+	}
+	if _, err := c.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended('fast:sql', 0))"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := b.Eval(ctx, 0, release, []string{"fast:sql"}, [][]byte{[]byte("t")}, false); err == nil {
+		t.Fatalf("release while an SQL session holds the advisory lock = %+v; want an error", v)
+	}
+	if _, err := c.Exec(ctx, "SELECT pg_advisory_unlock(hashtextextended('fast:sql', 0))"); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := b.Get(ctx, 0, "fast:sql"); string(v) != "t" || !ok || err != nil {
+		t.Fatalf("GET after a refused release = %q, %v, %v; want the lock kept", v, ok, err)
+	}
+	if v, err := b.Eval(ctx, 0, release, []string{"fast:sql"}, [][]byte{[]byte("t")}, false); err != nil || v.Int != 1 {
+		t.Fatalf("release after the SQL session let go = %+v, %v; want 1", v, err)
+	}
+}
+
+// TestLeaseAfterSessionsEnd: when PostgreSQL ends the pool's sessions (as
+// a restart does), the next command meets a dead connection. A fast
+// statement (SET NX PX) then answers TRYAGAIN, as its outcome is unknown;
+// the general path (a plain SET) retries, since its first step commits
+// nothing. Either way the pool's other dead connections are dropped, so
+// the commands after it do not meet them one by one.
+func TestLeaseAfterSessionsEnd(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	b := newBackend(t, pgbridge.Lease, dsn)
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	for _, tc := range []struct {
+		name     string
+		o        backend.SetOptions
+		failures int // allowed
+	}{
+		{"fast", backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}}, 1},
+		{"general", backend.SetOptions{Expiry: backend.Expiry{TTL: time.Minute}}, 0},
+	} {
+		var wg sync.WaitGroup
+		for i := range 16 { // fill the pool with connections
+			wg.Go(func() {
+				if _, err := b.Set(ctx, 0, fmt.Sprintf("warm:%s:%d", tc.name, i), []byte("t"), tc.o); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		var ended int
+		if err := c.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&ended); err != nil {
+			t.Fatal(err)
+		}
+		if ended < 4 {
+			t.Fatalf("%s: %d pooled sessions to end; the test needs at least 4", tc.name, ended)
+		}
+		// Within a second of their last use: pgxpool does not ping them.
+		failed := 0
+		for i := range 20 {
+			if _, err := b.Set(ctx, 0, fmt.Sprintf("after:%s:%d", tc.name, i), []byte("t"), tc.o); err != nil {
+				failed++
+				t.Logf("%s: SET after the sessions ended: %v", tc.name, err)
+			}
+		}
+		if failed > tc.failures {
+			t.Errorf("%s: %d of 20 SET failed after %d pooled sessions ended; want at most %d", tc.name, failed, ended, tc.failures)
+		}
 	}
 }
