@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -285,5 +286,25 @@ func TestClosedServesNothing(t *testing.T) {
 	defer direct.Close()
 	if n, err := direct.Exists(ctx, "after-close").Result(); err != nil || n != 0 {
 		t.Errorf("EXISTS after-close on a node = %d, %v; want 0", n, err)
+	}
+
+	// Close racing the first use of databases (the race detector watches
+	// the hand-over): whatever won, every database fails once Close is done.
+	b2, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for db := 1; db < 16; db++ {
+		wg.Go(func() { b2.Set(ctx, db, "race", []byte("t"), acq(time.Minute)) })
+	}
+	if err := b2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for db := range 16 {
+		if _, err := b2.Set(ctx, db, "race-after", []byte("t"), acq(time.Minute)); err == nil {
+			t.Errorf("SET NX in db %d after a racing Close succeeded", db)
+		}
 	}
 }
