@@ -42,8 +42,7 @@ type leaseTx struct {
 	// sent (it ends up to a round trip late, never early), an absolute
 	// deadline ends no earlier than its time, and a PTTL read at once
 	// never exceeds the TTL just set.
-	sent  int64
-	pgNow time.Time
+	sent int64
 }
 
 func (t *leaseTx) before() map[dbKey]state { return t.states }
@@ -82,7 +81,6 @@ func (s *leaseStore) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 	var pb pgx.Batch
 	pb.Queue("BEGIN")
-	pb.Queue("SELECT now()")
 	for _, k := range t.keys {
 		pb.Queue(`SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, $2::int::bigint))`, hashText(k.key), k.db)
 	}
@@ -94,9 +92,6 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 	br := t.conn.SendBatch(ctx, &pb)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return false, err
-	}
-	if err := br.QueryRow().Scan(&t.pgNow); err != nil {
 		return false, err
 	}
 	all := true

@@ -109,11 +109,9 @@ func (s *Server) infoLockproxy(cl *client) []string {
 		lines = append(lines, "lockproxy_lock_expiries:"+strconv.FormatUint(c.ExpiredLocks(), 10))
 	}
 	if m := s.metrics; m != nil {
-		c := &m.locks.counts
-		lines = append(lines,
-			"lockproxy_lock_acquired:"+strconv.FormatInt(c[0].Load(), 10),
-			"lockproxy_lock_contended:"+strconv.FormatInt(c[1].Load(), 10),
-			"lockproxy_lock_failed:"+strconv.FormatInt(c[2].Load(), 10))
+		for o, name := range outcomeNames {
+			lines = append(lines, "lockproxy_lock_"+name+":"+strconv.FormatInt(m.locks.counts[o].Load(), 10))
+		}
 	}
 	if r, ok := s.b.(InfoReporter); ok {
 		lines = append(lines, r.InfoLines()...)

@@ -37,10 +37,20 @@ type InfoReporter interface {
 // bsm/redislock, redis-semaphore) are a script's business and are counted
 // only by lockproxy_commands_total.
 type lockMetrics struct {
-	acquired, contended, failed prometheus.Counter
-	counts                      [3]atomic.Int64 // the same, for INFO: acquired, contended, failed
-	held                        *heldCache      // nil when the backend cannot count
+	counts [numOutcomes]atomic.Int64 // by outcome; /metrics and INFO read them
+	held   *heldCache                // nil when the backend cannot count
 }
+
+// The outcomes of an acquire command, as lockproxy_lock_acquisitions_total
+// labels them.
+const (
+	outcomeAcquired = iota
+	outcomeContended
+	outcomeFailed
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"acquired", "contended", "failed"}
 
 // heldCache asks a HeldLocksCounter at most once a second, whoever asks
 // (scrapes, INFO from every new ioredis connection): counting may scan
@@ -62,11 +72,14 @@ func (h *heldCache) get() int64 {
 }
 
 func newLockMetrics(reg prometheus.Registerer, b backend.Backend) *lockMetrics {
-	acq := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lockproxy_lock_acquisitions_total",
-		Help: "Acquire commands (SET … NX, SETNX) by outcome: acquired, contended (the lock is held: NX refused), failed (an error, TRYAGAIN included).",
-	}, []string{"outcome"})
-	reg.MustRegister(acq)
+	m := &lockMetrics{}
+	for o, name := range outcomeNames {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "lockproxy_lock_acquisitions_total",
+			Help:        "Acquire commands (SET … NX, SETNX) by outcome: acquired, contended (the lock is held: NX refused), failed (an error, TRYAGAIN included).",
+			ConstLabels: prometheus.Labels{"outcome": name},
+		}, func() float64 { return float64(m.counts[o].Load()) }))
+	}
 	var held *heldCache
 	if c, ok := b.(HeldLocksCounter); ok {
 		held = &heldCache{c: c}
@@ -81,12 +94,8 @@ func newLockMetrics(reg prometheus.Registerer, b backend.Backend) *lockMetrics {
 			Help: "Keys (locks) that ended by reaching their expiry.",
 		}, func() float64 { return float64(c.ExpiredLocks()) }))
 	}
-	return &lockMetrics{
-		held:      held,
-		acquired:  acq.WithLabelValues("acquired"),
-		contended: acq.WithLabelValues("contended"),
-		failed:    acq.WithLabelValues("failed"),
-	}
+	m.held = held
+	return m
 }
 
 // observe counts the reply v to the key command name with args when it is
@@ -112,13 +121,10 @@ func (m *lockMetrics) observe(name string, args [][]byte, v backend.Value) {
 	}
 	switch {
 	case v.Kind == backend.KindError:
-		m.failed.Inc()
-		m.counts[2].Add(1)
+		m.counts[outcomeFailed].Add(1)
 	case v.IsNil() || (v.Kind == backend.KindInt && v.Int == 0):
-		m.contended.Inc()
-		m.counts[1].Add(1)
+		m.counts[outcomeContended].Add(1)
 	default:
-		m.acquired.Inc()
-		m.counts[0].Add(1)
+		m.counts[outcomeAcquired].Add(1)
 	}
 }

@@ -158,10 +158,11 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 // from an empty memory (its stream connection, made after the restart,
 // quarantined it before carrying the queued commands).
 func (o *op) dropQuarantined(b *Backend) {
+	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for i, r := range o.replies {
-		if o.calls[i] != nil && !r.failed() && b.quarantined(i) {
+		if o.calls[i] != nil && !r.failed() && b.health[i].quarantinedAt(now) {
 			o.replies[i] = nodeReply{err: errQuarantined, done: true}
 		}
 	}

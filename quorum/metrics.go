@@ -63,7 +63,7 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 		h := &b.health[i]
 		h.mu.Lock()
 		gauge(descNodeUp, bool01(h.reachable), n.addr)
-		gauge(descNodeQuarantined, bool01(now.Before(h.quarantined)), n.addr)
+		gauge(descNodeQuarantined, bool01(h.quarantinedAt(now)), n.addr)
 		gauge(descNodeWarnings, float64(len(h.warnings)), n.addr)
 		gauge(descNodeCheck, h.checkRTT.Seconds(), n.addr)
 		gauge(descNodeKeys, float64(h.keys), n.addr)
@@ -127,7 +127,7 @@ func (b *Backend) InfoLines() []string {
 	for i, n := range b.nodes {
 		h := &b.health[i]
 		h.mu.Lock()
-		r, q := h.reachable, now.Before(h.quarantined)
+		r, q := h.reachable, h.quarantinedAt(now)
 		w, rtt := len(h.warnings), h.checkRTT
 		h.mu.Unlock()
 		up += int(bool01(r))

@@ -12,14 +12,13 @@ import (
 
 // health is what the monitor knows of one node.
 type health struct {
-	mu          sync.Mutex
-	runID       string
-	persistent  bool      // appendonly yes with appendfsync always: it keeps what it acknowledged
-	quarantined time.Time // votes are ignored until then
-	warnings    []string
-	reachable   bool
+	mu         sync.Mutex
+	runID      string
+	persistent bool // appendonly yes with appendfsync always: it keeps what it acknowledged
+	warnings   []string
+	reachable  bool
 
-	qUntil      atomic.Int64 // quarantined as Unix nanoseconds, read without mu
+	qUntil      atomic.Int64 // votes are ignored until then (Unix nanoseconds; read without mu)
 	streamRunID string       // the run_id the node's stream connections last saw
 
 	// From the node's INFO at the last check that reached it.
@@ -31,17 +30,17 @@ type health struct {
 }
 
 // quarantined reports whether node i is kept out of votes now.
-func (b *Backend) quarantined(i int) bool {
-	return time.Now().UnixNano() < b.health[i].qUntil.Load()
-}
+func (b *Backend) quarantined(i int) bool { return b.health[i].quarantinedAt(time.Now()) }
+
+// quarantinedAt reports whether the node is kept out of votes at now.
+func (h *health) quarantinedAt(now time.Time) bool { return now.UnixNano() < h.qUntil.Load() }
 
 // restarted keeps node i, seen to restart, out of votes for the longest
 // TTL granted: what it may have forgotten. Under its health's mu.
 func (b *Backend) restarted(i int) {
 	h := &b.health[i]
 	d := time.Duration(b.maxTTL.Load())
-	h.quarantined = time.Now().Add(d)
-	h.qUntil.Store(h.quarantined.UnixNano())
+	h.qUntil.Store(time.Now().Add(d).UnixNano())
 	b.cfg.Logger.Warn("quorum node restarted: kept out of votes for the longest TTL it may have forgotten",
 		"node", b.nodes[i].addr, "for", d.String())
 }
@@ -200,7 +199,7 @@ func (b *Backend) Check(context.Context) error {
 	for i := range b.health {
 		h := &b.health[i]
 		h.mu.Lock()
-		if h.reachable && !time.Now().Before(h.quarantined) {
+		if h.reachable && !h.quarantinedAt(time.Now()) {
 			ok++
 		}
 		h.mu.Unlock()
