@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,15 +18,45 @@ import (
 // of its Config (never the global one). Labels are bounded: command names
 // come from the command tables, anything else is "unknown".
 type metrics struct {
-	byCmd map[string]*cmdMetrics
+	byCmd map[string]*cmdMetrics // written once in newMetrics, read-only after
 	locks *lockMetrics
 }
 
-// cmdMetrics are one command's pre-resolved series, so the hot path does
-// no label lookups.
+// alerted are the commands whose series exist from the start, at zero,
+// because operators alert on them (rates of errors and TRYAGAIN of the lock
+// commands, their latency); every other command's series appear when it is
+// first answered, so an idle server's /metrics stays short.
+var alerted = []string{"set", "setnx", "get", "del", "pexpire", "eval", "evalsha"}
+
+// cmdMetrics are one command's series, resolved on first use and kept, so
+// the hot path does no label lookups after that.
 type cmdMetrics struct {
+	name     string
+	commands *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	series   atomic.Pointer[cmdSeries]
+}
+
+type cmdSeries struct {
 	ok, nilReply, errReply, tryagain prometheus.Counter
 	duration                         prometheus.Observer
+}
+
+// get returns the command's series, creating them on first use. Two
+// connections racing here resolve the same series (the vectors dedupe).
+func (cm *cmdMetrics) get() *cmdSeries {
+	if s := cm.series.Load(); s != nil {
+		return s
+	}
+	s := &cmdSeries{
+		ok:       cm.commands.WithLabelValues(cm.name, "ok"),
+		nilReply: cm.commands.WithLabelValues(cm.name, "nil"),
+		errReply: cm.commands.WithLabelValues(cm.name, "error"),
+		tryagain: cm.commands.WithLabelValues(cm.name, "tryagain"),
+		duration: cm.duration.WithLabelValues(cm.name),
+	}
+	cm.series.Store(s)
+	return s
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
@@ -54,13 +85,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		names = append(names, n)
 	}
 	for _, n := range names {
-		m.byCmd[n] = &cmdMetrics{
-			ok:       commands.WithLabelValues(n, "ok"),
-			nilReply: commands.WithLabelValues(n, "nil"),
-			errReply: commands.WithLabelValues(n, "error"),
-			tryagain: commands.WithLabelValues(n, "tryagain"),
-			duration: duration.WithLabelValues(n),
-		}
+		m.byCmd[n] = &cmdMetrics{name: n, commands: commands, duration: duration}
+	}
+	for _, n := range alerted {
+		m.byCmd[n].get()
 	}
 	return m
 }
@@ -74,17 +102,18 @@ func (m *metrics) observe(cmd string, v backend.Value, took time.Duration) {
 	if cm == nil {
 		cm = m.byCmd["unknown"]
 	}
+	s := cm.get()
 	switch {
 	case v.Kind == backend.KindError && strings.HasPrefix(string(v.Str), "TRYAGAIN"):
-		cm.tryagain.Inc()
+		s.tryagain.Inc()
 	case v.Kind == backend.KindError:
-		cm.errReply.Inc()
+		s.errReply.Inc()
 	case v.IsNil():
-		cm.nilReply.Inc()
+		s.nilReply.Inc()
 	default:
-		cm.ok.Inc()
+		s.ok.Inc()
 	}
-	cm.duration.Observe(took.Seconds())
+	s.duration.Observe(took.Seconds())
 }
 
 // AdminHandler serves /metrics from gatherer, /healthz (the process is

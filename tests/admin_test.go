@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/quorum"
 )
@@ -84,4 +85,40 @@ func httpGet(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
+}
+
+// TestMetricsCreatedOnUse: an idle server's /metrics holds the lock
+// commands' series that operators alert on (at zero), not a series per
+// command and outcome; another command's series appear once it is answered.
+func TestMetricsCreatedOnUse(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	b := memory.New(memory.Config{})
+	addr := testsrv.StartLockproxy(t, proxy.Config{Registerer: reg}, b)
+	admin := httptest.NewServer(proxy.AdminHandler(reg, b))
+	defer admin.Close()
+
+	_, idle := httpGet(t, admin.URL+"/metrics")
+	for _, want := range []string{
+		`lockproxy_commands_total{command="set",outcome="tryagain"} 0`,
+		`lockproxy_commands_total{command="evalsha",outcome="error"} 0`,
+		`lockproxy_command_duration_seconds_count{command="eval"} 0`,
+	} {
+		if !strings.Contains(idle, want) {
+			t.Errorf("idle /metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(idle, `command="echo"`) {
+		t.Errorf("idle /metrics has ECHO's series before any ECHO")
+	}
+	if n := strings.Count(idle, "\nlockproxy_"); n > 200 {
+		t.Errorf("idle /metrics has %d lockproxy_ lines; want the alerted series only (≤ 200)", n)
+	}
+
+	if _, err := dialRESP(t, addr).do("ECHO", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, m := httpGet(t, admin.URL+"/metrics"); !strings.Contains(m, `lockproxy_commands_total{command="echo",outcome="ok"} 1`) {
+		t.Errorf("/metrics after ECHO lacks its ok count")
+	}
 }
