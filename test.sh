@@ -36,4 +36,11 @@ if [ -f tests/node/package-lock.json ] && { [ ! -d tests/node/node_modules ] || 
 fi
 
 go vet ./...
-go test -race -count=1 -timeout 25m ./...
+# gotestsum (pinned; fetched through the Go module proxy and cached) runs
+# `go test -json` and prints each top-level test as it ends, so a long run
+# shows its progress; passing subtests are left out (the differential corpus
+# alone has thousands), failures print in full, and the run closes with
+# gotestsum's DONE count.
+go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
+	-race -count=1 -timeout 25m ./... |
+	grep --line-buffered -Ev '^(PASS|SKIP) [^ .]+\.[^ /]+/'
