@@ -12,7 +12,8 @@
 //
 //   - A nil reply ("held by someone else") only when at least N−Q+1 nodes
 //     said the key is held; when failures rather than contention decide,
-//     the client gets "TRYAGAIN quorum not reached: K of N nodes answered".
+//     the client gets "TRYAGAIN quorum not reached: K of N nodes answered"
+//     (or "K of N nodes usable, M quarantined after a restart").
 //     No false OK, no false nil.
 //
 //   - Other commands and scripts run on every node; the reply a majority

@@ -239,16 +239,21 @@ func (b *Backend) Close(context.Context) error {
 // majority.
 func (b *Backend) errNoQuorum(replies []nodeReply) error {
 	var errs *multierror.Error
-	ok := 0
+	ok, quarantined := 0, 0
 	for i, r := range replies {
-		if r.failed() {
+		switch {
+		case errors.Is(r.err, errQuarantined):
+			quarantined++
+		case r.failed():
 			errs = multierror.Append(errs, fmt.Errorf("node %s: %w", b.nodes[i].addr, r.err))
-		} else {
+		default:
 			ok++
 		}
 	}
-	return &backend.ReplyError{
-		Reply: fmt.Sprintf("TRYAGAIN quorum not reached: %d of %d nodes answered", ok, len(b.nodes)),
-		Err:   errs.ErrorOrNil(),
+	reply := fmt.Sprintf("TRYAGAIN quorum not reached: %d of %d nodes answered", ok, len(b.nodes))
+	if quarantined > 0 { // they answer, but may have forgotten locks: say so, as /readyz does
+		reply = fmt.Sprintf("TRYAGAIN quorum not reached: %d of %d nodes usable, %d quarantined after a restart",
+			ok, len(b.nodes), quarantined)
 	}
+	return &backend.ReplyError{Reply: reply, Err: errs.ErrorOrNil()}
 }

@@ -1,6 +1,7 @@
 package quorum_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -50,8 +51,15 @@ func TestRestartedNodeIsQuarantined(t *testing.T) {
 
 	nodes[0].Restart()
 	waitQuarantined(t, b, nodes[0].Addr)
-	if res, err := acquire("B"); res.Written {
+	res, err := acquire("B")
+	if res.Written {
 		t.Fatalf("B acquired a lock A holds (err %v): the restarted node voted", err)
+	}
+	// Node 0 answers but may not vote: the reply says so rather than
+	// "answered", which would read as if three nodes had answered.
+	const want = "TRYAGAIN quorum not reached: 2 of 3 nodes usable, 1 quarantined after a restart"
+	if re := (*backend.ReplyError)(nil); !errors.As(err, &re) || re.Reply != want {
+		t.Errorf("B's acquire = %v; want %q", err, want)
 	}
 }
 
