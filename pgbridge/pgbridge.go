@@ -448,3 +448,13 @@ func leaseLive(col string) string {
 type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
+
+// CheckDSN reports whether dsn parses as a PostgreSQL connection string
+// (a URL or key=value pairs), without connecting. The error holds no
+// password.
+func CheckDSN(dsn string) error {
+	if _, err := pgxpool.ParseConfig(dsn); err != nil {
+		return errors.New("it does not parse as a postgres:// URL or key=value connection string")
+	}
+	return nil
+}

@@ -1,16 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/pgbridge"
 )
@@ -64,29 +64,39 @@ type options struct {
 	healthcheck bool
 }
 
-// load builds the configuration from args and env (os.Environ form).
+// load builds the configuration from args and env (os.Environ form). A
+// configuration that cannot be read comes back as problems: every bad key
+// of the file, the environment and the flags at once, each on its own line
+// as "key: problem (fix)".
 func load(args []string, env []string, stderr io.Writer) (Config, options, error) {
 	var o options
 	fs := flag.NewFlagSet("lockproxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.configPath, "config", "", "YAML config file (default: config.yaml in the working directory if present)")
-	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit")
+	fs.SetOutput(io.Discard) // parse errors are reported once, as problems; --help prints the usage below
+	fs.StringVar(&o.configPath, "config", "", "YAML config `file` (default: config.yaml in the working directory if present)")
+	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (0 when valid, 2 when not)")
 	fs.BoolVar(&o.healthcheck, "healthcheck", false, "ask the running lockproxy's admin endpoint (admin-listen) whether it is alive; exit 0 if so")
 	d := defaults()
 	flagVals := map[string]*string{}
 	for _, f := range fields(&d) {
 		v := new(string)
 		flagVals[f.name] = v
-		fs.StringVar(v, f.name, "", f.usage+" (default "+f.get()+")")
+		fs.StringVar(v, f.name, "", f.help())
 	}
 	if err := fs.Parse(args); err != nil {
-		return Config{}, o, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintln(stderr, "Usage: lockproxy [flags]  (every flag is also a config.yaml key and a LOCKPROXY_* variable)")
+			fs.PrintDefaults()
+			return Config{}, o, err
+		}
+		return Config{}, o, problems{flagProblem(err, fields(&d))}
 	}
 	if fs.NArg() > 0 {
-		return Config{}, o, fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))
+		return Config{}, o, problems{fmt.Sprintf("%s: unexpected argument (lockproxy takes flags only, e.g. --backend quorum)", fs.Arg(0))}
 	}
 
 	cfg := defaults()
+	var probs problems
 	path := o.configPath
 	if path == "" {
 		if _, err := os.Stat("config.yaml"); err == nil {
@@ -96,34 +106,22 @@ func load(args []string, env []string, stderr io.Writer) (Config, options, error
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return Config{}, o, fmt.Errorf("config: %w", err)
+			return Config{}, o, problems{fmt.Sprintf("config: %v (give a readable YAML file, or no --config)", err)}
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return Config{}, o, fmt.Errorf("config %s: %w", path, err)
-		}
+		probs = append(probs, loadYAML(path, data, fields(&cfg))...)
 	}
-	envMap := map[string]string{}
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			envMap[k] = v
-		}
-	}
+	probs = append(probs, loadEnv(env, fields(&cfg))...)
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for _, f := range fields(&cfg) {
-		envName := "LOCKPROXY_" + strings.ToUpper(strings.ReplaceAll(f.name, "-", "_"))
-		if v, ok := envMap[envName]; ok {
-			if err := f.set(v); err != nil {
-				return Config{}, o, fmt.Errorf("%s: %w", envName, err)
-			}
-		}
 		if set[f.name] {
 			if err := f.set(*flagVals[f.name]); err != nil {
-				return Config{}, o, fmt.Errorf("--%s: %w", f.name, err)
+				probs = append(probs, f.problem("--"+f.name, err))
 			}
 		}
+	}
+	if len(probs) > 0 {
+		return cfg, o, probs
 	}
 	return cfg, o, nil
 }
@@ -149,8 +147,15 @@ func (c Config) validate() []string {
 		if len(c.nodes()) == 0 {
 			add("quorum-nodes", "empty while backend is quorum", "list 3 or more independent Redis nodes, e.g. 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379")
 		}
-		for _, n := range c.nodes() {
+		for i, n := range c.nodes() {
 			if strings.Contains(n, "://") {
+				if _, err := redis.ParseURL(n); err != nil {
+					var ue *url.Error // its text repeats the URL, password included: keep only the reason
+					if errors.As(err, &ue) {
+						err = ue.Err
+					}
+					add("quorum-nodes", fmt.Sprintf("node %d is not a valid redis:// or rediss:// URL: %v", i+1, err), "e.g. redis://host:6379 or rediss://user:pass@host:6380")
+				}
 				continue
 			}
 			if _, _, err := net.SplitHostPort(n); err != nil {
@@ -160,6 +165,8 @@ func (c Config) validate() []string {
 	case "postgres":
 		if c.PostgresDSN == "" {
 			add("postgres-dsn", "empty while backend is postgres", "e.g. postgres://lockproxy@db.internal:5432/locks")
+		} else if err := pgbridge.CheckDSN(c.PostgresDSN); err != nil {
+			add("postgres-dsn", err.Error(), "e.g. postgres://lockproxy@db.internal:5432/locks or host=db.internal user=lockproxy dbname=locks")
 		}
 		if !pgbridge.ValidSchema(c.PostgresSchema) {
 			add("postgres-schema", fmt.Sprintf("%q is not a plain identifier", c.PostgresSchema), "letters, digits and _, e.g. lockproxy")

@@ -3,6 +3,8 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -254,5 +256,85 @@ func TestPassthroughURL(t *testing.T) {
 	}
 	if got := maskURL("redis://app:secret@cache:1"); strings.Contains(got, "secret") {
 		t.Errorf("maskURL = %q; want the password hidden", got)
+	}
+}
+
+// TestProblemsAllAtOnce: every mistake of the file, the environment and
+// the flags is reported in one run, one line per key with its fix, with a
+// suggestion for a misspelt key, and nothing secret in the text.
+func TestProblemsAllAtOnce(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("backedn: quorum\nmax-clients: lots\nlisten: [a, b]\nprotected-mode: maybe\nlog-level: debug\n"), 0o600)
+	var stderr strings.Builder
+	err := run(t.Context(), []string{"--config", file, "--max-clients", "abc", "--idle-timeout", "-1s",
+		"--backend", "quorum", "--quorum-nodes", "redis://u:s3cret@x:bad,a:1,b:2", "--check-config"},
+		[]string{"LOCKPROXY_BACKNED=quorum", "LOCKPROXY_TEST_PG_DSN=postgres://x", "LOCKPROXY_DEPLOYMENT_COLOR=blue", "LOCKPROXY_SHUTDOWN_TIMEOUT=soon"},
+		io.Discard, &stderr)
+	if !errors.Is(err, errInvalidConfig) {
+		t.Fatalf("run = %v; want errInvalidConfig", err)
+	}
+	want := []string{
+		file + `:1: backedn: unknown key (did you mean backend?)`,
+		file + `:2: max-clients: "lots" is not an integer (e.g. 10000)`,
+		file + `:3: listen: expects a single value, not a list or mapping (e.g. 127.0.0.1:6380)`,
+		file + `:4: protected-mode: "maybe" is not a boolean (use yes or no)`,
+		`LOCKPROXY_BACKNED: unknown variable (did you mean LOCKPROXY_BACKEND?)`,
+		`--max-clients: "abc" is not an integer (e.g. 10000)`,
+		`idle-timeout: "-1s" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`,
+		`shutdown-timeout: "soon" is not a positive duration (e.g. 10s or 500ms)`,
+		`quorum-nodes: node 1 is not a valid redis:// or rediss:// URL: invalid port ":bad" after host (e.g. redis://host:6379 or rediss://user:pass@host:6380)`,
+	}
+	got := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if strings.Contains(stderr.String(), "s3cret") {
+		t.Errorf("a problem shows the node's password: %s", stderr.String())
+	}
+}
+
+// TestFlagProblems: an unknown flag is reported once, with a suggestion
+// when it is a typo; --help shows defaults as config.yaml spells them.
+func TestFlagProblems(t *testing.T) {
+	for args, want := range map[string]string{
+		"--listne x":   "--listne: unknown flag (did you mean --listen?)\n",
+		"--frobnicate": "--frobnicate: unknown flag (lockproxy --help lists the flags)\n",
+		"extra":        "extra: unexpected argument (lockproxy takes flags only, e.g. --backend quorum)\n",
+	} {
+		var stderr strings.Builder
+		if err := run(t.Context(), strings.Fields(args), nil, io.Discard, &stderr); !errors.Is(err, errInvalidConfig) || stderr.String() != want {
+			t.Errorf("lockproxy %s: %v, %q; want %q", args, err, stderr.String(), want)
+		}
+	}
+	var help strings.Builder
+	if err := run(t.Context(), []string{"--help"}, nil, io.Discard, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help = %v", err)
+	}
+	for _, bad := range []string{"(default )", "(default true)", "(default false)"} {
+		if strings.Contains(help.String(), bad) {
+			t.Errorf("--help shows %q:\n%s", bad, help.String())
+		}
+	}
+	for _, good := range []string{"(default yes)", "redis:// URLs", "(default memory)"} {
+		if !strings.Contains(help.String(), good) {
+			t.Errorf("--help lacks %q", good)
+		}
+	}
+}
+
+// TestCheckConfigParsesAddresses: --check-config refuses a DSN or a node
+// URL that cannot be parsed, before any connection is tried.
+func TestCheckConfigParsesAddresses(t *testing.T) {
+	c := defaults()
+	c.Backend, c.PostgresDSN = "postgres", "notadsn"
+	want := `postgres-dsn: it does not parse as a postgres:// URL or key=value connection string (e.g. postgres://lockproxy@db.internal:5432/locks or host=db.internal user=lockproxy dbname=locks)`
+	if probs := c.validate(); !slices.Contains(probs, want) {
+		t.Errorf("validate() = %q; want %q", probs, want)
+	}
+	c.PostgresDSN = "host=db user=lockproxy dbname=locks"
+	if probs := c.validate(); len(probs) != 0 {
+		t.Errorf("a key=value DSN: validate() = %q", probs)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // field is one configuration key with its flag name, usage and accessors.
@@ -12,34 +14,52 @@ type field struct {
 	name, usage string
 	get         func() string
 	set         func(string) error
+	example     string                 // a valid value, for the fix of a problem
+	yaml        func(*yaml.Node) error // set from a YAML node that is not a plain scalar; nil: scalars only
+}
+
+// help is the flag's line of --help: its usage and its default, when it
+// has one.
+func (f field) help() string {
+	if d := f.get(); d != "" {
+		return f.usage + " (default " + d + ")"
+	}
+	return f.usage
 }
 
 func str(name, usage string, p *string) field {
-	return field{name, usage, func() string { return *p }, func(v string) error { *p = v; return nil }}
+	return field{name: name, usage: usage, get: func() string { return *p }, set: func(v string) error { *p = v; return nil }, example: *p}
 }
 
 func integer[T int | int64](name, usage string, p *T) field {
-	return field{name, usage, func() string { return strconv.FormatInt(int64(*p), 10) }, func(v string) error {
+	return field{name: name, usage: usage, get: func() string { return strconv.FormatInt(int64(*p), 10) }, set: func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			return fmt.Errorf("%q is not an integer", v)
 		}
 		*p = T(n)
 		return nil
-	}}
+	}, example: strconv.FormatInt(int64(*p), 10)}
 }
 
 // boolean accepts what Redis's config does (yes/no) and Go's forms
 // (true/false, 1/0).
 func boolean(name, usage string, p *bool) field {
-	return field{name, usage, func() string { return strconv.FormatBool(*p) }, func(v string) error {
+	return field{name: name, usage: usage, get: func() string { return yesNo(*p) }, set: func(v string) error {
 		b, ok := parseBool(v)
 		if !ok {
 			return fmt.Errorf("%q is not a boolean (use yes or no)", v)
 		}
 		*p = b
 		return nil
-	}}
+	}, example: "yes"}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 func parseBool(v string) (bool, bool) {
@@ -57,7 +77,7 @@ func fields(c *Config) []field {
 	return []field{
 		str("listen", "RESP listener address", &c.Listen),
 		str("backend", "memory, quorum or postgres", &c.Backend),
-		str("quorum-nodes", "comma-separated host:port of the quorum nodes", &c.QuorumNodes),
+		str("quorum-nodes", "comma-separated host:port or redis:// URLs of the quorum nodes", &c.QuorumNodes),
 		str("quorum-node-timeout", "how long one operation may take on one quorum node", &c.QuorumTimeout),
 		str("postgres-dsn", "PostgreSQL connection string", &c.PostgresDSN),
 		str("postgres-strategy", "advisory or lease", &c.PostgresStrategy),

@@ -45,20 +45,20 @@ var errInvalidConfig = errors.New("invalid configuration")
 // run is lockproxy: it serves until ctx ends, then drains and returns.
 func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) error {
 	cfg, opts, err := load(args, env, stderr)
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stderr, err)
-			return errInvalidConfig
-		}
+	var probs problems
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		return err
+	case errors.As(err, &probs) && cfg.Listen != "": // values that did not parse kept their defaults: report the rest too
+	case err != nil:
+		fmt.Fprintln(stderr, err)
+		return errInvalidConfig
 	}
-	if opts.healthcheck { // needs only admin-listen: the server's own problems are the server's
+	if opts.healthcheck && probs == nil { // needs only admin-listen: the server's own problems are the server's
 		return healthcheck(ctx, cfg.AdminListen)
 	}
-	if probs := cfg.validate(); len(probs) > 0 {
-		for _, p := range probs {
-			fmt.Fprintln(stderr, p)
-		}
+	if probs = append(probs, cfg.validate()...); len(probs) > 0 {
+		fmt.Fprintln(stderr, probs)
 		return errInvalidConfig
 	}
 	if opts.checkConfig {

@@ -74,8 +74,8 @@ func (l userList) names() []string {
 }
 
 func usersField(c *Config) field {
-	return field{"users", "named users, comma-separated name>password or name#sha256hex (passwords with commas: use the config file)",
-		func() string { return c.Users.String() }, c.Users.set}
+	return field{name: "users", usage: "named users, comma-separated name>password or name#sha256hex (passwords with commas: use the config file)",
+		get: func() string { return c.Users.String() }, set: c.Users.set, example: "app>s3cret", yaml: c.Users.UnmarshalYAML}
 }
 
 // validate returns the users key's problems.
