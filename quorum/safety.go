@@ -16,6 +16,7 @@ type health struct {
 	runID      string
 	persistent bool // appendonly yes with appendfsync always: it keeps what it acknowledged
 	warnings   []string
+	checked    bool // a health check has run (reachable is meaningful)
 	reachable  bool
 
 	qUntil      atomic.Int64 // votes are ignored until then (Unix nanoseconds; read without mu)
@@ -112,13 +113,13 @@ func (b *Backend) check(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err != nil {
-		if h.reachable {
+		if h.reachable || !h.checked { // a node down from the start is said too, once
 			b.cfg.Logger.Warn("quorum node unreachable", "node", n.addr, "err", err)
 		}
-		h.reachable = false
+		h.reachable, h.checked = false, true
 		return
 	}
-	h.reachable = true
+	h.reachable, h.checked = true, true
 	h.checkRTT = rtt
 	runID := infoField(info, "run_id")
 	h.keys = infoKeys(info)
@@ -186,6 +187,9 @@ func (b *Backend) Warnings() []string {
 	for i := range b.health {
 		h := &b.health[i]
 		h.mu.Lock()
+		if h.checked && !h.reachable {
+			out = append(out, fmt.Sprintf("node %s: unreachable: it cannot vote, and its persistence settings are unknown", b.nodes[i].addr))
+		}
 		out = append(out, h.warnings...)
 		h.mu.Unlock()
 	}

@@ -12,11 +12,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/memory"
@@ -25,7 +28,24 @@ import (
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
+// goRedisLog carries go-redis's own messages (a node that refuses
+// connections, on every health check) into lockproxy's log at debug
+// level: the quorum monitor reports a node's failures itself, and
+// go-redis's plain lines would break --log-format json. go-redis has one
+// logger per process, so main installs this once and run points it at its
+// logger.
+type goRedisLog struct{ l atomic.Pointer[slog.Logger] }
+
+func (g *goRedisLog) Printf(ctx context.Context, format string, v ...any) {
+	if l := g.l.Load(); l != nil && l.Enabled(ctx, slog.LevelDebug) {
+		l.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+	}
+}
+
+var redisLog goRedisLog
+
 func main() {
+	redis.SetLogger(&redisLog)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	stop()
@@ -66,6 +86,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	log := newLogger(cfg, stderr)
+	redisLog.l.Store(log)
 	scriptLimit, _ := parseDuration(cfg.ScriptTimeLimit)
 	drain, _ := parseDuration(cfg.ShutdownTimeout)
 	idle, _ := parseDuration(cfg.IdleTimeout)
@@ -111,9 +132,17 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		go hs.Serve(admin)
 		defer hs.Close()
 	}
-	log.Info("lockproxy started", "backend", cfg.Backend, "listen", ln.Addr().String(), "nodes", cfg.nodes(),
-		"requirepass", cfg.RequirePass != "", "users", cfg.Users.names(),
-		"passthrough", maskURL(cfg.Passthrough), "tls", tlsCfg != nil, "client_certs", cfg.TLSCACertFile != "", "warnings", warnings)
+	start := []any{"backend", cfg.Backend, "listen", ln.Addr().String(), "admin", cfg.AdminListen}
+	switch cfg.Backend {
+	case "quorum":
+		start = append(start, "nodes", cfg.nodes())
+	case "postgres":
+		start = append(start, "postgres_strategy", cfg.PostgresStrategy, "postgres_dsn", maskDSN(cfg.PostgresDSN))
+	}
+	start = append(start, "requirepass", cfg.RequirePass != "", "users", cfg.Users.names(),
+		"passthrough", maskURL(cfg.Passthrough), "tls", tlsCfg != nil, "client_certs", cfg.TLSCACertFile != "",
+		"warnings", strings.Join(warnings, "; "))
+	log.Info("lockproxy started", start...)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -124,5 +125,40 @@ func runBinary(t *testing.T, extra []string, wantLog ...string) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
+	}
+}
+
+// TestJSONLogsWithNodeDown: under --log-format json every line lockproxy
+// writes is a JSON object, also while a quorum node refuses connections
+// (go-redis's own messages go through lockproxy's logger), and the start
+// line names the admin address and keeps its warnings apart.
+func TestJSONLogsWithNodeDown(t *testing.T) {
+	bin := testsrv.BuildLockproxy(t)
+	dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(testsrv.FreePort(t)))
+	nodes := []string{testsrv.StartRedis(t).Addr, testsrv.StartRedis(t).Addr, dead}
+	p := testsrv.StartBinary(t, bin, "--backend", "quorum", "--quorum-nodes", strings.Join(nodes, ","),
+		"--log-format", "json", "--log-level", "info")
+	if err := p.Terminate(10 * time.Second); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, p.Logs())
+	}
+	var start map[string]any
+	for line := range strings.Lines(p.Logs()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Errorf("a log line is not JSON: %q", line)
+			continue
+		}
+		if m["msg"] == "lockproxy started" {
+			start = m
+		}
+	}
+	if start == nil {
+		t.Fatalf("no start line in:\n%s", p.Logs())
+	}
+	if start["admin"] != p.Admin {
+		t.Errorf("start line admin = %v; want %s", start["admin"], p.Admin)
+	}
+	if w, _ := start["warnings"].(string); !strings.Contains(w, "; ") || !strings.Contains(w, dead) {
+		t.Errorf("start line warnings = %q; want the dead node named, warnings separated by '; '", w)
 	}
 }
