@@ -21,6 +21,10 @@ type health struct {
 
 	qUntil      atomic.Int64 // votes are ignored until then (Unix nanoseconds; read without mu)
 	streamRunID string       // the run_id the node's stream connections last saw
+	// restartRunID is the run_id of the last restart seen (quarantined for
+	// once); qLogged says that its quarantine's end has been logged.
+	restartRunID string
+	qLogged      bool
 
 	// From the node's INFO at the last check that reached it.
 	checkRTT     time.Duration // how long that INFO took
@@ -38,12 +42,30 @@ func (h *health) quarantinedAt(now time.Time) bool { return now.UnixNano() < h.q
 
 // restarted keeps node i, seen to restart, out of votes for the longest
 // TTL granted: what it may have forgotten. Under its health's mu.
-func (b *Backend) restarted(i int) {
+// It runs with h.mu held, once per new process (runID): the stream's new
+// connection and the monitor both see a restart, and the first to see it
+// starts the quarantine and says so.
+func (b *Backend) restarted(i int, runID string) {
 	h := &b.health[i]
+	if runID == h.restartRunID {
+		return
+	}
+	h.restartRunID = runID
 	d := time.Duration(b.maxTTL.Load())
 	h.qUntil.Store(time.Now().Add(d).UnixNano())
+	h.qLogged = false
 	b.cfg.Logger.Warn("quorum node restarted: kept out of votes for the longest TTL it may have forgotten",
 		"node", b.nodes[i].addr, "for", d.String())
+}
+
+// logQuarantineEnd says once that a quarantined node votes again (the
+// monitor calls it on each check, with h.mu held).
+func (b *Backend) logQuarantineEnd(i int, now time.Time) {
+	h := &b.health[i]
+	if h.restartRunID != "" && !h.qLogged && !h.quarantinedAt(now) {
+		h.qLogged = true
+		b.cfg.Logger.Info("quorum node's quarantine ended: it votes again", "node", b.nodes[i].addr)
+	}
 }
 
 // noteRunID is told the run_id of each new stream connection to node i,
@@ -55,7 +77,7 @@ func (b *Backend) noteRunID(i int, runID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.streamRunID != "" && runID != h.streamRunID && !h.persistent {
-		b.restarted(i)
+		b.restarted(i, runID)
 	}
 	h.streamRunID = runID
 }
@@ -145,9 +167,10 @@ func (b *Backend) check(i int) {
 	}
 	h.warnings = warn
 	if h.runID != "" && runID != h.runID && !h.persistent {
-		b.restarted(i)
+		b.restarted(i, runID)
 	}
 	h.runID = runID
+	b.logQuarantineEnd(i, time.Now())
 }
 
 // infoKeys sums the keys of every database in an INFO keyspace section

@@ -1,14 +1,18 @@
 package quorum_test
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/quorum"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
@@ -69,4 +73,49 @@ func TestCheckFailsWithoutMajority(t *testing.T) {
 	if err := b.Check(t.Context()); err == nil {
 		t.Fatal("Check with one node of three = nil")
 	}
+}
+
+// TestRestartLoggedOnce: a restart is seen by the node's new stream
+// connection and by the monitor, and logged once; the end of its
+// quarantine is logged too.
+func TestRestartLoggedOnce(t *testing.T) {
+	nodes := startNodes(t, 3)
+	var logs lockedBuffer
+	b := newBackendCfg(t, quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout, CheckInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx := t.Context()
+	if _, err := b.Set(ctx, 0, "k", []byte("A"), acq(300*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].Restart()
+	waitQuarantined(t, b, nodes[0].Addr)
+	b.Get(ctx, 0, "k") // the stream reconnects to node 0 and sees the new run_id too
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "quarantine ended") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no end of quarantine logged within 10s:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the monitor
+	}
+	if n := strings.Count(logs.String(), "quorum node restarted"); n != 1 {
+		t.Errorf("the restart was logged %d times; want once:\n%s", n, logs.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers and readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
