@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/pgbridge"
+	"github.com/lockproxy/lockproxy/proxy"
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // multiForms are the two ways a client takes a lock inside MULTI/EXEC:
@@ -114,6 +117,62 @@ func TestMultiQuorumUndo(t *testing.T) {
 				}
 			}
 		})
+	}
+
+}
+
+// TestMultiQuorumValidity: an acquisition inside MULTI/EXEC gets Redlock's
+// validity check. With a drift allowance of a minute, a 30s lock is spent
+// before any vote ends: EXEC answers TRYAGAIN and the lock is gone from
+// every node (it used to answer OK).
+func TestMultiQuorumValidity(t *testing.T) {
+	nodes := []*testsrv.Redis{testsrv.StartRedis(t), testsrv.StartRedis(t), testsrv.StartRedis(t)}
+	b, err := quorum.New(quorum.Config{Nodes: []string{nodes[0].Addr, nodes[1].Addr, nodes[2].Addr},
+		NodeTimeout: time.Second, DriftConst: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dialRESP(t, testsrv.StartLockproxy(t, proxy.Config{BackendName: "quorum"}, b))
+	for _, cmd := range [][]string{{"MULTI"}, {"SET", "multi:late", "mine", "NX", "PX", "30000"}} {
+		if _, err := c.do(cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := c.do("EXEC"); err != nil || !strings.HasPrefix(got, "-TRYAGAIN quorum reached too late") {
+		t.Fatalf("EXEC of SET NX PX 30000 = %q, %v; want TRYAGAIN quorum reached too late", got, err)
+	}
+	for i, n := range nodes {
+		d := redis.NewClient(&redis.Options{Addr: n.Addr, Protocol: 2})
+		if n, _ := d.Exists(t.Context(), "multi:late").Result(); n != 0 {
+			t.Errorf("node %d kept the lock of a late EXEC", i)
+		}
+		d.Close()
+	}
+}
+
+// TestMultiQuorumQuarantine: a lock taken inside MULTI/EXEC counts toward
+// the longest TTL granted, so a node that restarts afterwards (and may have
+// forgotten the lock) is kept out of votes, as after a plain SET NX PX.
+func TestMultiQuorumQuarantine(t *testing.T) {
+	nodes := []*testsrv.Redis{testsrv.StartRedis(t), testsrv.StartRedis(t), testsrv.StartRedis(t)}
+	b, err := quorum.New(quorum.Config{Nodes: []string{nodes[0].Addr, nodes[1].Addr, nodes[2].Addr},
+		NodeTimeout: time.Second, CheckInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: testsrv.StartLockproxy(t, proxy.Config{BackendName: "quorum"}, b),
+		Protocol: 2, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	if !txAcquire(t, c, 0, "multi:q", "mine") { // SETNX + PEXPIRE 30s
+		t.Fatal("EXEC did not acquire a free key")
+	}
+	nodes[0].Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for q := b.Quarantined(); len(q) != 1 || q[0] != nodes[0].Addr; q = b.Quarantined() {
+		if time.Now().After(deadline) {
+			t.Fatalf("a node restarted after a lock taken in EXEC was not quarantined within 10s (quarantined: %v)", q)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the monitor
 	}
 }
 
