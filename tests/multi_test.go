@@ -266,12 +266,20 @@ func TestMultiPostgresTwoInstances(t *testing.T) {
 					t.Fatalf("A: PTTL of B's lock = %v, %v; want at most 30s", ms, err)
 				}
 			}
-			if strategy != pgbridge.Advisory {
+			sql := pgConn(t, dsn)
+			if strategy == pgbridge.Lease {
+				// The lease row is the lock: B's token, with the TTL set in EXEC.
+				var tok []byte
+				var left int64
+				if err := sql.QueryRow(ctx, `SELECT token, (extract(epoch from expires_at - now()) * 1000)::bigint
+					FROM lockproxy.leases WHERE db = 0 AND key = 'free:SETNX+PEXPIRE'`).Scan(&tok, &left); err != nil ||
+					string(tok) != "b" || left <= 0 || left > 30000 {
+					t.Fatalf("lease row of a lock taken in EXEC = %q, %d ms left, %v; want b, at most 30s", tok, left, err)
+				}
 				return
 			}
 			// B holds the advisory lock of what it took in EXEC: SQL sees it.
 			var got bool
-			sql := pgConn(t, dsn)
 			if err := sql.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('free:SET NX PX', 0))`).Scan(&got); err != nil || got {
 				t.Fatalf("pg_try_advisory_lock of a lock taken in EXEC = %v, %v; want false", got, err)
 			}
