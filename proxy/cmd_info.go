@@ -169,13 +169,8 @@ func cmdCommand(cl *client, args [][]byte) backend.Value {
 // commandSubArity are the arities of COMMAND's subcommands, as Redis's.
 var commandSubArity = map[string]int{"count": 2, "info": -2, "docs": -2, "list": -2, "help": 2}
 
-// keyCommandNames lists keycmd's table (kept here to answer COMMAND).
-var keyCommandNames = []string{"get", "set", "setnx", "setex", "psetex", "getdel", "mget", "mset", "msetnx",
-	"getrange", "del", "unlink", "exists", "dbsize", "delifeq", "delex", "expire", "pexpire", "expireat",
-	"pexpireat", "ttl", "pttl", "persist"}
-
 func commandNames() []string {
-	names := append([]string(nil), keyCommandNames...)
+	names := keycmd.Names()
 	for n := range commands {
 		names = append(names, n)
 	}
@@ -188,19 +183,12 @@ func commandInfo(name string) backend.Value {
 	arity, first, last, step := 0, 0, 0, 0
 	var flags []backend.Value
 	if kc := keycmd.Lookup([]byte(name)); kc != nil {
-		arity, first, last, step = kc.Arity, 1, 1, 1
+		arity = kc.Arity
+		first, last, step = kc.KeySpec()
 		if kc.Write {
 			flags = append(flags, backend.Status("write"))
 		} else {
 			flags = append(flags, backend.Status("readonly"))
-		}
-		switch name {
-		case "mget", "del", "unlink", "exists":
-			last = -1
-		case "mset", "msetnx":
-			last, step = -1, 2
-		case "dbsize":
-			first, last, step = 0, 0, 0
 		}
 	} else if c, ok := commands[name]; ok {
 		arity = c.arity

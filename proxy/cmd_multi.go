@@ -53,33 +53,64 @@ func cmdExec(cl *client, args [][]byte) backend.Value {
 	if len(queue) == 0 {
 		return backend.Array()
 	}
-	asScript := true
-	var argv [][]byte
-	db := cl.db
-	for _, c := range queue {
-		name := lower(c[0])
-		if keycmd.Lookup(c[0]) == nil && !scriptable[name] {
-			asScript = false
-			break
-		}
-		if name == "select" {
-			if n, ok := keycmd.ParseInt(c[1]); ok && n >= 0 && n < keycmd.Databases {
-				db = int(n)
-			}
-		}
-		argv = append(argv, []byte(strconv.Itoa(len(c))))
-		argv = append(argv, c...)
-	}
-	if !asScript {
+	keys, argv, db, ok := execPlan(queue, cl.db)
+	if !ok {
 		out := make([]backend.Value, 0, len(queue))
 		for _, c := range queue {
 			out = append(out, cl.command(c))
 		}
 		return backend.Array(out...)
 	}
-	v := cl.eval("exec", execScript, nil, argv, false)
+	v := cl.eval("exec", execScript, keys, argv, false)
 	if v.Kind == backend.KindArray {
 		cl.db = db
 	}
 	return v
+}
+
+// execPlan prepares a transaction queued in database start to run as
+// execScript: the script's KEYS (every key of every queued command, each
+// once, in order of first use), its ARGV, and the database the connection
+// is in once the transaction has run. The keys change nothing the script
+// does (it reads ARGV only); they tell the backend what the transaction
+// touches: quorum watches them on every node and undoes an acquisition
+// that did not reach a majority, pgbridge prepares them up front.
+//
+// ok is false when the transaction must run command by command instead:
+// when it holds a command no script may run (CLIENT, INFO, …), or when a
+// SELECT in the queue leads a later command to keys of another database
+// than start. A script declares keys of the one database it is called in,
+// and a key the backend cannot see declared escapes quorum's watch (an
+// acquisition refused by the majority would stay on the minority). Run
+// one by one, each command gets its backend's own treatment (a SET NX is
+// undone as outside MULTI), at the price of atomicity for this rare shape.
+func execPlan(queue [][][]byte, start int) (keys []string, argv [][]byte, db int, ok bool) {
+	db = start
+	seen := map[string]bool{}
+	for _, c := range queue {
+		kc := keycmd.Lookup(c[0])
+		name := lower(c[0])
+		if kc == nil && !scriptable[name] {
+			return nil, nil, 0, false
+		}
+		if name == "select" {
+			if n, ok := keycmd.ParseInt(c[1]); ok && n >= 0 && n < keycmd.Databases {
+				db = int(n)
+			}
+		}
+		if kc != nil {
+			for _, k := range kc.Keys(c) {
+				if db != start {
+					return nil, nil, 0, false
+				}
+				if !seen[string(k)] {
+					seen[string(k)] = true
+					keys = append(keys, string(k))
+				}
+			}
+		}
+		argv = append(argv, []byte(strconv.Itoa(len(c))))
+		argv = append(argv, c...)
+	}
+	return keys, argv, db, true
 }

@@ -11,9 +11,14 @@
 //
 // Decisions worth knowing:
 //   - EXEC runs the queued commands as one script (backend.Eval), so a
-//     transaction is atomic on every backend, as in Redis. A transaction
-//     holding commands no script may run (CLIENT, INFO, …) runs its
-//     commands one after the other instead.
+//     transaction is atomic on every backend, as in Redis. The script
+//     declares every key the queued commands name (keycmd's key positions)
+//     as its KEYS, so each backend treats the transaction as it treats a
+//     script over those keys (quorum undoes an acquisition a majority did
+//     not grant). A transaction holding commands no script may run (CLIENT,
+//     INFO, …), or naming keys in another database than EXEC's after a
+//     SELECT in the queue (keys a script cannot declare), runs its commands
+//     one after the other instead (execPlan).
 //   - WATCH is not implemented and answers the unknown-command error rather
 //     than pretending to watch.
 //   - The script cache (SHA1 → source, one per server, filled by EVAL and

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
 // metrics are the proxy's Prometheus series, registered on the Registerer
@@ -80,7 +81,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	reg.MustRegister(commands, duration, clients, scripts)
 
 	m := &metrics{byCmd: map[string]*cmdMetrics{}, locks: newLockMetrics(reg, s.b)}
-	names := append([]string{"unknown", "passthrough"}, keyCommandNames...)
+	names := append([]string{"unknown", "passthrough"}, keycmd.Names()...)
 	for n := range commandsTable() {
 		names = append(names, n)
 	}

@@ -2,6 +2,8 @@ package keycmd
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
@@ -13,40 +15,53 @@ const Databases = 16
 
 // Command is one key command: its name, its arity in Redis's convention
 // (positive: exact argument count including the name; negative: at least
-// that many) and whether it writes.
+// that many), whether it writes, and where its keys are.
 type Command struct {
 	Name  string
 	Arity int
 	Write bool
+	keys  keySpec
 	run   func(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (backend.Value, error)
 }
+
+// keySpec places a command's keys among its arguments (args[0] is the
+// name) as Redis's COMMAND INFO does: the first key's index, the last
+// key's (negative: counted from the end, -1 the last argument) and the
+// distance from one key to the next; all 0 when there are none.
+type keySpec struct{ first, last, step int }
+
+var (
+	oneKey    = keySpec{1, 1, 1}  // GET key …
+	allKeys   = keySpec{1, -1, 1} // DEL key [key …]
+	keyValues = keySpec{1, -1, 2} // MSET key value [key value …]
+)
 
 // table lists every key command. Scripts see the same table through
 // ScriptCaller.
 var table = map[string]*Command{
-	"get":       {Name: "get", Arity: 2, run: cmdGet},
-	"set":       {Name: "set", Arity: -3, Write: true, run: cmdSet},
-	"setnx":     {Name: "setnx", Arity: 3, Write: true, run: cmdSetNX},
-	"setex":     {Name: "setex", Arity: 4, Write: true, run: cmdSetEX},
-	"psetex":    {Name: "psetex", Arity: 4, Write: true, run: cmdSetEX},
-	"getdel":    {Name: "getdel", Arity: 2, Write: true, run: cmdGetDel},
-	"mget":      {Name: "mget", Arity: -2, run: cmdMGet},
-	"mset":      {Name: "mset", Arity: -3, Write: true, run: cmdMSet},
-	"msetnx":    {Name: "msetnx", Arity: -3, Write: true, run: cmdMSet},
-	"getrange":  {Name: "getrange", Arity: 4, run: cmdGetRange},
-	"del":       {Name: "del", Arity: -2, Write: true, run: cmdDel},
-	"unlink":    {Name: "unlink", Arity: -2, Write: true, run: cmdDel},
-	"exists":    {Name: "exists", Arity: -2, run: cmdExists},
+	"get":       {Name: "get", Arity: 2, keys: oneKey, run: cmdGet},
+	"set":       {Name: "set", Arity: -3, Write: true, keys: oneKey, run: cmdSet},
+	"setnx":     {Name: "setnx", Arity: 3, Write: true, keys: oneKey, run: cmdSetNX},
+	"setex":     {Name: "setex", Arity: 4, Write: true, keys: oneKey, run: cmdSetEX},
+	"psetex":    {Name: "psetex", Arity: 4, Write: true, keys: oneKey, run: cmdSetEX},
+	"getdel":    {Name: "getdel", Arity: 2, Write: true, keys: oneKey, run: cmdGetDel},
+	"mget":      {Name: "mget", Arity: -2, keys: allKeys, run: cmdMGet},
+	"mset":      {Name: "mset", Arity: -3, Write: true, keys: keyValues, run: cmdMSet},
+	"msetnx":    {Name: "msetnx", Arity: -3, Write: true, keys: keyValues, run: cmdMSet},
+	"getrange":  {Name: "getrange", Arity: 4, keys: oneKey, run: cmdGetRange},
+	"del":       {Name: "del", Arity: -2, Write: true, keys: allKeys, run: cmdDel},
+	"unlink":    {Name: "unlink", Arity: -2, Write: true, keys: allKeys, run: cmdDel},
+	"exists":    {Name: "exists", Arity: -2, keys: allKeys, run: cmdExists},
 	"dbsize":    {Name: "dbsize", Arity: 1, run: cmdDBSize},
-	"delifeq":   {Name: "delifeq", Arity: 3, Write: true, run: cmdDelIfEq},
-	"delex":     {Name: "delex", Arity: -2, Write: true, run: cmdDelEx},
-	"expire":    {Name: "expire", Arity: -3, Write: true, run: cmdExpire},
-	"pexpire":   {Name: "pexpire", Arity: -3, Write: true, run: cmdExpire},
-	"expireat":  {Name: "expireat", Arity: -3, Write: true, run: cmdExpire},
-	"pexpireat": {Name: "pexpireat", Arity: -3, Write: true, run: cmdExpire},
-	"ttl":       {Name: "ttl", Arity: 2, run: cmdTTL},
-	"pttl":      {Name: "pttl", Arity: 2, run: cmdTTL},
-	"persist":   {Name: "persist", Arity: 2, Write: true, run: cmdPersist},
+	"delifeq":   {Name: "delifeq", Arity: 3, Write: true, keys: oneKey, run: cmdDelIfEq},
+	"delex":     {Name: "delex", Arity: -2, Write: true, keys: oneKey, run: cmdDelEx},
+	"expire":    {Name: "expire", Arity: -3, Write: true, keys: oneKey, run: cmdExpire},
+	"pexpire":   {Name: "pexpire", Arity: -3, Write: true, keys: oneKey, run: cmdExpire},
+	"expireat":  {Name: "expireat", Arity: -3, Write: true, keys: oneKey, run: cmdExpire},
+	"pexpireat": {Name: "pexpireat", Arity: -3, Write: true, keys: oneKey, run: cmdExpire},
+	"ttl":       {Name: "ttl", Arity: 2, keys: oneKey, run: cmdTTL},
+	"pttl":      {Name: "pttl", Arity: 2, keys: oneKey, run: cmdTTL},
+	"persist":   {Name: "persist", Arity: 2, Write: true, keys: oneKey, run: cmdPersist},
 }
 
 // Lookup returns the key command called name (case-insensitive), or nil
@@ -63,6 +78,38 @@ func Lookup(name []byte) *Command {
 		buf[i] = c
 	}
 	return table[string(buf[:len(name)])] // no allocation: the compiler optimises map[string(bytes)]
+}
+
+// Keys returns the keys among args (args[0] is the command name), in
+// order and repeats included, as Redis's COMMAND GETKEYS lists them. For
+// args that do not fit the arity it returns the keys the arguments present
+// hold (Redis refuses to say), so that a caller declaring them declares
+// at least every key the command could touch.
+func (c *Command) Keys(args [][]byte) [][]byte {
+	if c.keys.step == 0 {
+		return nil
+	}
+	last := c.keys.last
+	if last < 0 {
+		last += len(args)
+	}
+	var out [][]byte
+	for i := c.keys.first; i <= last && i < len(args); i += c.keys.step {
+		out = append(out, args[i])
+	}
+	return out
+}
+
+// KeySpec returns where c's keys are, as COMMAND INFO reports them: the
+// first key's index, the last key's (negative: from the end) and the
+// step; all 0 for a command without keys.
+func (c *Command) KeySpec() (first, last, step int) {
+	return c.keys.first, c.keys.last, c.keys.step
+}
+
+// Names returns the names of every key command, sorted.
+func Names() []string {
+	return slices.Sorted(maps.Keys(table))
 }
 
 // ArityOK reports whether n arguments (the name included) fit c's arity.

@@ -1,7 +1,10 @@
 // Package keycmd parses and runs the key commands of SPEC §2 (GET, SET and
 // its option forms, SETNX, EXPIRE and friends, DELIFEQ, DELEX, …) against a
 // backend.KeySpace, with Redis's arity and option rules and its exact reply
-// texts.
+// texts. It also knows where each command's keys are among its arguments
+// ((*Command).Keys, as Redis's COMMAND GETKEYS; checked against a real
+// redis-server), so that whoever runs commands on a backend's behalf — EXEC
+// above all — can declare every key they touch.
 //
 // It sits just above proxy/backend and imports nothing else of lockproxy, so
 // that the RESP front end (client commands) and the backends (redis.call from
