@@ -37,6 +37,7 @@ type pgHistory struct {
 	keys     int
 	ttl      time.Duration
 	hold     time.Duration // each grant is held for a random time up to this
+	long     time.Duration // if set, one grant in four is held up to this instead
 	duration time.Duration
 }
 
@@ -111,7 +112,11 @@ func (h pgHistory) run(t *testing.T) pgReport {
 					time.Sleep(10 * time.Millisecond) // the backend is away
 					continue
 				}
-				time.Sleep(time.Duration(rng.Int64N(int64(h.hold) + 1))) // the critical section
+				hold := h.hold
+				if h.long > 0 && rng.IntN(4) == 0 {
+					hold = h.long
+				}
+				time.Sleep(time.Duration(rng.Int64N(int64(hold) + 1))) // the critical section
 				released := time.Now()
 				end := start.Add(h.ttl - drift)
 				if released.Before(end) {
@@ -201,9 +206,9 @@ func startInstance(t *testing.T, dsn, strategy string) string {
 	return testsrv.StartLockproxy(t, proxy.Config{BackendName: "postgres"}, b)
 }
 
-// terminator ends sessions of the database every period until stop:
-// in the advisory strategy one holder session at random, in the lease
-// strategy every other session (the pool's).
+// terminator ends one session of the database at random every period
+// until stop: a holder session in the advisory strategy, a pool session
+// in the lease strategy.
 func terminator(t *testing.T, dsn, strategy string, period time.Duration, stop <-chan struct{}) *atomic.Int64 {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), dsn)
@@ -211,11 +216,12 @@ func terminator(t *testing.T, dsn, strategy string, period time.Duration, stop <
 		t.Fatal(err)
 	}
 	var n atomic.Int64
-	sql := `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`
+	who := `application_name NOT LIKE 'lockproxy holder %'` // the pool's sessions
 	if strategy == pgbridge.Advisory {
-		sql = `SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name LIKE 'lockproxy holder %' ORDER BY random() LIMIT 1) s`
+		who = `application_name LIKE 'lockproxy holder %'`
 	}
+	sql := `SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND ` + who + ` ORDER BY random() LIMIT 1) s`
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -242,7 +248,7 @@ func terminator(t *testing.T, dsn, strategy string, period time.Duration, stop <
 
 // TestPostgresNemesisTerminate: holder sessions (advisory) or pool
 // sessions (lease) ended with pg_terminate_backend every 300ms while 8
-// workers split over two instances contend for 3 keys: no two hold a key
+// workers split over two instances contend for 6 keys: no two hold a key
 // at once.
 func TestPostgresNemesisTerminate(t *testing.T) {
 	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
@@ -251,10 +257,54 @@ func TestPostgresNemesisTerminate(t *testing.T) {
 			a, b := startInstance(t, dsn, strategy), startInstance(t, dsn, strategy)
 			stop := make(chan struct{})
 			killed := terminator(t, dsn, strategy, 300*time.Millisecond, stop)
-			rep := pgHistory{addrs: []string{a, b}, workers: 8, keys: 3, ttl: 2 * time.Second,
-				hold: 100 * time.Millisecond, duration: soak(t, 4*time.Second)}.run(t)
+			rep := pgHistory{addrs: []string{a, b}, workers: 8, keys: 6, ttl: 500 * time.Millisecond,
+				hold: 50 * time.Millisecond, duration: soak(t, 4*time.Second)}.run(t)
 			close(stop)
 			t.Logf("%d sessions terminated", killed.Load())
+			rep.check(t, 100, 100)
+		})
+	}
+}
+
+// TestPostgresNemesisRestart: PostgreSQL shut down with -m immediate (its
+// crash recovery empties the advisory strategy's UNLOGGED lease table) and
+// started again while 8 workers split over two instances contend for 6
+// keys: no two hold a key at once, across the restart.
+func TestPostgresNemesisRestart(t *testing.T) {
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		t.Run(strategy, func(t *testing.T) {
+			pg := testsrv.StartPostgres(t)
+			dsn := pg.NewDatabase(t)
+			a, b := startInstance(t, dsn, strategy), startInstance(t, dsn, strategy)
+			h := pgHistory{addrs: []string{a, b}, workers: 8, keys: 6, ttl: 2 * time.Second,
+				hold: 50 * time.Millisecond, long: 1500 * time.Millisecond, duration: soak(t, 7*time.Second)}
+			stop := make(chan struct{})
+			restarts := make(chan int, 1)
+			go func() {
+				n := 0
+				defer func() { restarts <- n }()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(1500 * time.Millisecond): // between restarts: grants before and after
+					}
+					down := time.Now()
+					pg.Immediate()
+					if err := pg.Start(); err != nil {
+						t.Error(err)
+						return
+					}
+					t.Logf("PostgreSQL was down for %v", time.Since(down).Round(time.Millisecond))
+					n++
+					if os.Getenv("LOCKPROXY_SOAK") == "" {
+						return
+					}
+				}
+			}()
+			rep := h.run(t)
+			close(stop)
+			t.Logf("%d restarts", <-restarts)
 			rep.check(t, 100, 100)
 		})
 	}
