@@ -254,9 +254,9 @@ func (h *holder) acquireSQL() string {
 			ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
 				deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
 			WHERE NOT ` + fencedBy("t") + `
-			RETURNING t.db, t.key),
-		w AS (SELECT l.*, EXISTS (SELECT 1 FROM ins WHERE ins.db = l.db AND ins.key = l.key) AS written FROM l)
-		SELECT ord, written, id, CASE WHEN ok AND NOT written THEN pg_advisory_unlock(id) END FROM w ORDER BY ord`
+			RETURNING t.db, t.key)
+		SELECT l.ord, ins.db IS NOT NULL, l.id, CASE WHEN l.ok AND ins.db IS NULL THEN pg_advisory_unlock(l.id) END
+		FROM l LEFT JOIN ins ON ins.db = l.db AND ins.key = l.key ORDER BY l.ord`
 }
 
 func (h *holder) acquireArgs(qs []*query) []any {

@@ -283,12 +283,14 @@ func TestPostgresNemesisRestart(t *testing.T) {
 			go func() {
 				n := 0
 				defer func() { restarts <- n }()
+				wait := 1500 * time.Millisecond // grants before the first restart
 				for {
 					select {
 					case <-stop:
 						return
-					case <-time.After(1500 * time.Millisecond): // between restarts: grants before and after
+					case <-time.After(wait):
 					}
+					wait = 3 * h.ttl // the advisory strategy's wait after a restart, and grants after it
 					down := time.Now()
 					pg.Immediate()
 					if err := pg.Start(); err != nil {
