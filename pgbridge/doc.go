@@ -58,6 +58,6 @@
 // is the holder's wall clock, compared with PostgreSQL's: the instances'
 // clocks must agree with PostgreSQL's within the drift allowance (NTP). The
 // wait after a restart of PostgreSQL is as long as the longest TTL granted
-// just before it (plus 1 s): a client that takes locks for an hour makes
-// every instance wait up to an hour after a crash of PostgreSQL.
+// just before it (plus 1 s), up to an hour: a lease longer than an hour is
+// not covered, and a crash of PostgreSQL loses it.
 package pgbridge

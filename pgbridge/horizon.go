@@ -32,12 +32,18 @@ import (
 // allowance; otherwise until carried_ms (normally past). A restart is thus
 // seen by the first session of the new postmaster, before it takes any
 // lock, whatever the instance knew before (also at start). Locks without
-// a TTL are not bounded by anything: a crash of PostgreSQL loses them.
+// a TTL are not bounded by anything: a crash of PostgreSQL loses them; so
+// does a lease longer than maxCovered, which the horizon leaves out: one
+// client's lock for a day must not stop every lock for a day after a crash.
 
 // horizonSlack is how far past a deadline the horizon is raised: the
 // longest a restart quarantine outlasts the leases, and the shortest time
 // between two writes of one instance's horizon under steady traffic.
 const horizonSlack = time.Second
+
+// maxCovered is the longest lease the horizon covers, and so the longest
+// wait after a restart of PostgreSQL (plus horizonSlack).
+const maxCovered = time.Hour
 
 // horizonDDL creates the horizon table.
 func horizonDDL(schema string) string {
@@ -51,7 +57,7 @@ func horizonDDL(schema string) string {
 // cover makes sure the horizon covers deadline (Unix ms on this process's
 // clock) before a lease with it is granted or extended.
 func (a *advisory) cover(ctx context.Context, deadline int64) error {
-	if deadline == 0 || deadline <= a.horizon.Load() {
+	if deadline == 0 || deadline <= a.horizon.Load() || deadline-nowMS() > maxCovered.Milliseconds() {
 		return nil
 	}
 	a.horizonMu.Lock()

@@ -39,6 +39,9 @@ type pgHistory struct {
 	hold     time.Duration // each grant is held for a random time up to this
 	long     time.Duration // if set, one grant in four is held up to this instead
 	duration time.Duration
+	// minGrants lengthens a run on a busy machine (by up to 20s) until
+	// this many grants were made: a run with few proves little.
+	minGrants int64
 }
 
 // pgGrant is one lock a worker believed it held: from the reply to its
@@ -77,14 +80,19 @@ func soak(t *testing.T, short time.Duration) time.Duration {
 // (TTL·0.01 + 2ms), counted from the start of the acquire.
 func (h pgHistory) run(t *testing.T) pgReport {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), h.duration+30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), h.duration+50*time.Second)
 	defer cancel()
 	drift := h.ttl/100 + 2*time.Millisecond
 	var mu sync.Mutex
 	var grants []pgGrant
 	rep := pgReport{errors: map[string]int64{}}
-	var attempts, contended atomic.Int64
+	var attempts, contended, grantsMade atomic.Int64
 	stopAt := time.Now().Add(h.duration)
+	hardStop := stopAt.Add(20 * time.Second)
+	running := func() bool {
+		now := time.Now()
+		return now.Before(stopAt) || grantsMade.Load() < h.minGrants && now.Before(hardStop)
+	}
 	var wg sync.WaitGroup
 	for w := range h.workers {
 		c := redis.NewClient(&redis.Options{Addr: h.addrs[w%len(h.addrs)], Protocol: 2, MaxRetries: -1,
@@ -92,7 +100,7 @@ func (h pgHistory) run(t *testing.T) pgReport {
 		defer c.Close()
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			for n := 0; time.Now().Before(stopAt); n++ {
+			for n := 0; running(); n++ {
 				key := rng.IntN(h.keys)
 				name := fmt.Sprintf("nemesis:%d", key)
 				tok := fmt.Sprintf("w%d-%d", w, n)
@@ -116,6 +124,7 @@ func (h pgHistory) run(t *testing.T) pgReport {
 				if h.long > 0 && rng.IntN(4) == 0 {
 					hold = h.long
 				}
+				grantsMade.Add(1)
 				time.Sleep(time.Duration(rng.Int64N(int64(hold) + 1))) // the critical section
 				released := time.Now()
 				end := start.Add(h.ttl - drift)
@@ -258,10 +267,10 @@ func TestPostgresNemesisTerminate(t *testing.T) {
 			stop := make(chan struct{})
 			killed := terminator(t, dsn, strategy, 300*time.Millisecond, stop)
 			rep := pgHistory{addrs: []string{a, b}, workers: 8, keys: 6, ttl: 500 * time.Millisecond,
-				hold: 50 * time.Millisecond, duration: soak(t, 4*time.Second)}.run(t)
+				hold: 50 * time.Millisecond, duration: soak(t, 4*time.Second), minGrants: 200}.run(t)
 			close(stop)
 			t.Logf("%d sessions terminated", killed.Load())
-			rep.check(t, 100, 100)
+			rep.check(t, 200, 100)
 		})
 	}
 }
@@ -277,7 +286,7 @@ func TestPostgresNemesisRestart(t *testing.T) {
 			dsn := pg.NewDatabase(t)
 			a, b := startInstance(t, dsn, strategy), startInstance(t, dsn, strategy)
 			h := pgHistory{addrs: []string{a, b}, workers: 8, keys: 6, ttl: 2 * time.Second,
-				hold: 50 * time.Millisecond, long: 1500 * time.Millisecond, duration: soak(t, 7*time.Second)}
+				hold: 50 * time.Millisecond, long: 1500 * time.Millisecond, duration: soak(t, 7*time.Second), minGrants: 150}
 			stop := make(chan struct{})
 			restarts := make(chan int, 1)
 			go func() {
@@ -307,7 +316,7 @@ func TestPostgresNemesisRestart(t *testing.T) {
 			rep := h.run(t)
 			close(stop)
 			t.Logf("%d restarts", <-restarts)
-			rep.check(t, 100, 100)
+			rep.check(t, 150, 100)
 		})
 	}
 }
