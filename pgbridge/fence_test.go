@@ -3,6 +3,7 @@ package pgbridge_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,23 +162,45 @@ func TestRestartQuarantine(t *testing.T) {
 	if time.Since(start) > ttl-time.Second {
 		t.Skipf("the restart took %v: too long for a %v lease to tell", time.Since(start), ttl)
 	}
+	// All at once: the first grant among them must come after the lease.
+	var wg sync.WaitGroup
 	for _, tc := range []struct {
 		name string
 		be   *pgbridge.Backend
 		key  string
-	}{{"the instance that granted it", a, "q"}, {"an instance started after the restart", c, "other"}} {
-		for end := time.Now().Add(30 * time.Second); ; {
-			r, err := tc.be.Set(ctx, 0, tc.key, []byte("new"), nx(time.Minute))
-			if err == nil && r.Written {
-				if took := time.Since(start); took < ttl-ttl/100-2*time.Millisecond {
-					t.Fatalf("%s granted a lock %v after a %v lease from before the restart was granted", tc.name, took, ttl)
+	}{
+		{"the instance that granted it, the lost key", a, "q"},
+		{"the instance that granted it, another key", a, "other"},
+		{"an instance started after the restart, the lost key", c, "q"},
+	} {
+		wg.Go(func() {
+			refused, sawWait := 0, false
+			for end := time.Now().Add(30 * time.Second); ; {
+				r, err := tc.be.Set(ctx, 0, tc.key, []byte("new"), nx(200*time.Millisecond)) // short: the others get it after
+				if err != nil && strings.Contains(err.Error(), "PostgreSQL restarted") {
+					refused++
+					for _, l := range tc.be.InfoLines() {
+						if v, ok := strings.CutPrefix(l, "lockproxy_postgres_restart_wait_ms:"); ok && v != "0" {
+							sawWait = true
+						}
+					}
 				}
-				break
+				if err == nil && r.Written {
+					if refused > 1 && !sawWait {
+						t.Errorf("%s: INFO never showed lockproxy_postgres_restart_wait_ms above 0 during %d refusals", tc.name, refused)
+					}
+					if took := time.Since(start); took < ttl-ttl/100-2*time.Millisecond {
+						t.Errorf("%s: granted %v after a %v lease from before the restart was asked for", tc.name, took, ttl)
+					}
+					return
+				}
+				if err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN") || time.Now().After(end) {
+					t.Errorf("%s: SET NX after the restart = %+v, %v", tc.name, r, err)
+					return
+				}
+				time.Sleep(20 * time.Millisecond) // polling for the quarantine's end
 			}
-			if err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN") || time.Now().After(end) {
-				t.Fatalf("%s: SET NX after the restart = %+v, %v", tc.name, r, err)
-			}
-			time.Sleep(20 * time.Millisecond) // polling for the quarantine's end
-		}
+		})
 	}
+	wg.Wait()
 }

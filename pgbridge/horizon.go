@@ -109,9 +109,15 @@ func (a *advisory) quarantineAfter(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
+// waitLeft is how long this instance still takes no lock after a restart
+// of PostgreSQL (0 when it takes them).
+func (a *advisory) waitLeft() time.Duration {
+	return max(time.Duration(a.quarantine.Load())-time.Since(a.epoch), 0)
+}
+
 // quarantined returns the error that refuses to take a lock now, or nil.
 func (a *advisory) quarantined() error {
-	left := time.Duration(a.quarantine.Load()) - time.Since(a.epoch)
+	left := a.waitLeft()
 	if left <= 0 {
 		return nil
 	}
