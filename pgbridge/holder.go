@@ -19,7 +19,8 @@ import (
 // Any error on a holder ends its session on purpose: PostgreSQL then
 // releases all of its locks, which is a state this process can know. The
 // session's generation moves on, and every lease taken under the old one
-// counts as lost (answered as absent, never as held).
+// counts as lost: never answered as held by its owner, and, when it has a
+// deadline, a fence until then (fence.go).
 type holder struct {
 	a     *advisory
 	idx   int
