@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,11 @@ type advisory struct {
 	holders []*holder
 	router  *router
 	rows    atomic.Int64 // leases with a row (the locks this instance holds)
+
+	epoch      time.Time    // the monotonic origin of quarantine
+	quarantine atomic.Int64 // no lock is taken before epoch + this (horizon.go)
+	horizon    atomic.Int64 // deadlines (Unix ms) up to this are covered by the recorded horizon
+	horizonMu  sync.Mutex   // one horizon write at a time
 }
 
 // held is a key this process holds the advisory lock of. row is false for
@@ -33,6 +39,7 @@ type held struct {
 	h      *holder
 	gen    uint64
 	row    bool
+	lost   bool // kept as a fence after its session was lost; no longer counted in rows
 	timer  *time.Timer
 }
 
@@ -48,7 +55,7 @@ const heldByRowHolder = `EXISTS (SELECT 1 FROM pg_locks p WHERE p.locktype = 'ad
 	AND p.classid = ((l.lock_id >> 32) & 4294967295)::oid AND p.objid = (l.lock_id & 4294967295)::oid)`
 
 func newAdvisory(ctx context.Context, b *Backend) (*advisory, error) {
-	a := &advisory{b: b}
+	a := &advisory{b: b, epoch: time.Now()}
 	for i := range b.cfg.Holders {
 		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), queue: make(chan *query), check: make(chan struct{}, 1)})
 	}
@@ -114,7 +121,13 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 		if e.valid() {
 			return backend.SetResult{}, false, nil
 		}
+		if _, fenced := e.fence(now.UnixMilli()); fenced {
+			return backend.SetResult{}, true, nil
+		}
 		a.drop(st, k, e)
+	}
+	if err := a.cover(ctx, deadline); err != nil {
+		return backend.SetResult{}, true, err
 	}
 	h := a.holderOf(k)
 	q := &query{kind: qAcquire, k: k, token: token, dl: deadline}
@@ -122,7 +135,7 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 	if err := do(q); err != nil {
 		return backend.SetResult{}, true, tryAgain(err)
 	}
-	if !q.ok {
+	if !q.ok { // held, or fenced (the statement unlocked it again)
 		return backend.SetResult{}, true, nil
 	}
 	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen, row: true}
@@ -137,7 +150,8 @@ type advTx struct {
 	a      *advisory
 	keys   []dbKey
 	states map[dbKey]state
-	fresh  []dbKey // keys locked by prepare (absent before)
+	fresh  []dbKey        // keys locked by prepare (absent before, or fenced)
+	fenced map[dbKey]bool // keys that are fences (fence.go): nothing may change them
 }
 
 func (t *advTx) before() map[dbKey]state { return t.states }
@@ -151,11 +165,16 @@ func (t *advTx) clock() time.Time { return time.Now() }
 func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 	t := &advTx{a: a, keys: keys, states: make(map[dbKey]state, len(keys))}
 	var need []dbKey
+	now := nowMS()
 	for _, k := range keys {
 		st := a.b.stripe(k)
 		if e := st.owned[k]; e != nil {
 			if e.valid() {
 				t.states[k] = e.state
+				continue
+			}
+			if f, ok := e.fence(now); ok {
+				t.fence(k, f)
 				continue
 			}
 			a.drop(st, k, e)
@@ -168,10 +187,14 @@ func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 	qs := make([]*query, len(need))
 	got := make([]bool, len(need))
 	ids := make([]int64, len(need))
+	fences := make([]*int64, len(need))
 	for i, k := range need {
-		qs[i] = &query{sql: `SELECT pg_try_advisory_lock(hashtextextended($1::text, $2::int::bigint)), hashtextextended($1::text, $2::int::bigint)`,
-			args: []any{hashText(k.key), k.db},
-			scan: func(r pgx.Row) error { return r.Scan(&got[i], &ids[i]) }}
+		// The fence is read in the statement's snapshot, taken before the
+		// lock: a fence committed in between is caught by commit's write.
+		qs[i] = &query{sql: `SELECT pg_try_advisory_lock(hashtextextended($1::text, $2::int::bigint)), hashtextextended($1::text, $2::int::bigint),
+				(SELECT f.deadline_ms FROM ` + a.b.table + ` f WHERE f.db = $2 AND f.key = $3 AND ` + fencedBy("f") + `)`,
+			args: []any{hashText(k.key), k.db, []byte(k.key)}, locks: true,
+			scan: func(r pgx.Row) error { return r.Scan(&got[i], &ids[i], &fences[i]) }}
 		a.holderOf(k).submit(qs[i])
 	}
 	err := do(qs...)
@@ -183,6 +206,9 @@ func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 			st.owned[k] = &held{lockID: ids[i], h: a.holderOf(k), gen: qs[i].gen}
 			t.states[k] = state{}
 			t.fresh = append(t.fresh, k)
+			if fences[i] != nil {
+				t.fence(k, fenceState(*fences[i]))
+			}
 		case qs[i].err == nil:
 			he.keys = append(he.keys, k)
 		}
@@ -204,10 +230,25 @@ func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 	return nil, &he
 }
 
+// fence makes k a fenced key of the operation.
+func (t *advTx) fence(k dbKey, s state) {
+	if t.fenced == nil {
+		t.fenced = make(map[dbKey]bool)
+	}
+	t.fenced[k] = true
+	t.states[k] = s
+}
+
 // rollback unlocks the keys prepare locked.
 func (t *advTx) rollback() {
+	t.unlock(t.fresh)
+	t.fresh = nil
+}
+
+// unlock forgets keys this operation locked and releases their locks.
+func (t *advTx) unlock(keys []dbKey) {
 	var qs []*query
-	for _, k := range t.fresh {
+	for _, k := range keys {
 		st := t.a.b.stripe(k)
 		e := st.owned[k]
 		delete(st.owned, k)
@@ -219,7 +260,6 @@ func (t *advTx) rollback() {
 		qs = append(qs, q)
 	}
 	do(qs...) // a failure ended the session, which released the lock
-	t.fresh = nil
 }
 
 // commit writes what changed: a lease row for a key that came to be, an
@@ -233,21 +273,56 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 		s state
 		q *query
 	}
+	for k := range t.fenced {
+		// Nothing is written when a fenced key would change.
+		if f, s := t.states[k], after[k]; s.present != f.present || !bytes.Equal(s.token, f.token) || s.deadline != f.deadline {
+			t.rollback()
+			return fencedError(k, f.deadline)
+		}
+	}
+	var latest int64
+	for _, k := range t.keys {
+		if s := after[k]; s.present && s.deadline > latest && !t.fenced[k] {
+			latest = s.deadline
+		}
+	}
+	if err := t.a.cover(ctx, latest); err != nil {
+		t.rollback()
+		return err
+	}
 	var cs []change
+	var unlock []dbKey // keys this operation locked that stay as they were
 	for _, k := range t.keys {
 		st := b.stripe(k)
 		e := st.owned[k]
 		s := after[k]
+		if t.fenced[k] {
+			if e.valid() {
+				unlock = append(unlock, k)
+			}
+			continue
+		}
 		var q *query
 		switch {
 		case !s.present:
 			q = &query{kind: qRelease, k: k, id: e.lockID}
 		case !e.row:
-			q = &query{sql: `INSERT INTO ` + b.table + ` (db, key, lock_id, token, deadline_ms, holder, holder_pid)
+			// Not over a fence that appeared since prepare read the row.
+			q = &query{sql: `INSERT INTO ` + b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
 				VALUES ($1, $2, $3, $4, $5, $6, pg_backend_pid())
 				ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
-					deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid`,
+					deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
+				WHERE NOT ` + fencedBy("t") + ` RETURNING 1`,
 				args: []any{k.db, []byte(k.key), e.lockID, s.token, deadlineParam(s.deadline), e.h.name}}
+			q.scan = func(r pgx.Row) error {
+				var one int
+				if err := r.Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+					q.fenced = true
+				} else if err != nil {
+					return err
+				}
+				return nil
+			}
 		case !bytes.Equal(s.token, e.token) || s.deadline != e.deadline:
 			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, deadline_ms = $4 WHERE db = $1 AND key = $2`,
 				args: []any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline)}}
@@ -261,6 +336,13 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 	err := do(qsOf(cs, func(c change) *query { return c.q })...)
 	for _, c := range cs {
 		st := b.stripe(c.k)
+		if c.q.err == nil && c.q.fenced {
+			unlock = append(unlock, c.k) // still locked by this session
+			if err == nil {
+				err = fencedError(c.k, c.s.deadline)
+			}
+			continue
+		}
 		if c.q.err != nil || !c.s.present {
 			if st.owned[c.k] == c.e {
 				t.a.drop(st, c.k, c.e)
@@ -274,6 +356,7 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 		}
 		t.a.arm(c.k, c.e)
 	}
+	t.unlock(unlock)
 	t.fresh = nil
 	return err
 }
@@ -286,78 +369,19 @@ func qsOf[T any](xs []T, f func(T) *query) []*query {
 	return qs
 }
 
-// drop forgets a lease (its stripe locked).
-func (a *advisory) drop(st *stripe, k dbKey, e *held) {
-	if e.timer != nil {
-		e.timer.Stop()
-	}
-	if e.row {
-		e.row = false
-		a.rows.Add(-1)
-	}
-	delete(st.owned, k)
-}
-
-// arm sets the timer that ends a lease at its deadline: the holder
-// deletes the row and releases the lock, to the millisecond of the
-// deadline plus one round trip.
-func (a *advisory) arm(k dbKey, e *held) {
-	if e.timer != nil {
-		e.timer.Stop()
-		e.timer = nil
-	}
-	if e.deadline == 0 {
-		return
-	}
-	e.timer = time.AfterFunc(time.Until(time.UnixMilli(e.deadline)), func() { a.expire(k, e) })
-}
-
-// expire ends the lease e of k if it is still this one and its deadline
-// has passed.
-func (a *advisory) expire(k dbKey, e *held) {
-	st := a.b.stripe(k)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.owned[k] != e {
-		return
-	}
-	if !e.valid() {
-		a.drop(st, k, e)
-		return
-	}
-	if e.deadline == 0 || e.deadline > nowMS() {
-		a.arm(k, e) // extended meanwhile
-		return
-	}
-	q := &query{kind: qRelease, k: k, id: e.lockID, want: e.gen}
-	e.h.submit(q)
-	do(q) // on failure the session ended, and the lock with it
-	a.drop(st, k, e)
-	a.b.expired.Add(1)
-}
-
-// sweep forgets the leases of sessions that are gone.
-func (a *advisory) sweep() {
-	for i := range a.b.stripes {
-		st := &a.b.stripes[i]
-		st.mu.Lock()
-		for k, e := range st.owned {
-			if !e.valid() {
-				a.drop(st, k, e)
-			}
-		}
-		st.mu.Unlock()
-	}
-}
-
 // read returns k's state: this process's lease, or the lease table's row.
 func (a *advisory) read(ctx context.Context, k dbKey) (state, error) {
 	st := a.b.stripe(k)
 	st.mu.Lock()
-	if e := st.owned[k]; e != nil && e.valid() {
-		s := e.state
-		st.mu.Unlock()
-		return s, nil
+	if e := st.owned[k]; e != nil {
+		s, ok := e.fence(nowMS())
+		if e.valid() {
+			s, ok = e.state, true
+		}
+		if ok {
+			st.mu.Unlock()
+			return s, nil
+		}
 	}
 	st.mu.Unlock()
 	s, _, err := a.readTable(ctx, k)
@@ -365,20 +389,25 @@ func (a *advisory) read(ctx context.Context, k dbKey) (state, error) {
 }
 
 // readTable reads k's lease row, if its holder session still holds the
-// lock, with the instance holding it.
+// lock, with the instance holding it; or its fence, held by no instance.
 func (a *advisory) readTable(ctx context.Context, k dbKey) (state, string, error) {
 	var tok []byte
 	var exp *int64
 	var holder string
+	var live bool
 	err := a.b.retryRead(ctx, func() error {
-		return a.b.pool.QueryRow(ctx, `SELECT l.token, l.deadline_ms, l.holder FROM `+a.b.table+` l
-			WHERE l.db = $1 AND l.key = $2 AND `+heldByRowHolder, k.db, []byte(k.key)).Scan(&tok, &exp, &holder)
+		return a.b.pool.QueryRow(ctx, `SELECT * FROM (SELECT l.token, l.deadline_ms, l.holder, `+heldByRowHolder+` AS live
+			FROM `+a.b.table+` l WHERE l.db = $1 AND l.key = $2) r
+			WHERE r.live OR r.deadline_ms > `+pgNowMS, k.db, []byte(k.key)).Scan(&tok, &exp, &holder, &live)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return state{}, "", nil
 	}
 	if err != nil {
 		return state{}, "", err
+	}
+	if !live {
+		return fenceState(*exp), "", nil
 	}
 	s := state{present: true, token: tok}
 	if exp != nil {
@@ -389,7 +418,7 @@ func (a *advisory) readTable(ctx context.Context, k dbKey) (state, string, error
 }
 
 // reapStale deletes, every Config.ReapInterval, the lease rows whose holder
-// session is gone (an instance that died).
+// session is gone (an instance that died) once they fence nothing.
 func (a *advisory) reapStale() {
 	defer a.b.wg.Done()
 	t := time.NewTicker(a.b.cfg.ReapInterval)
@@ -401,7 +430,7 @@ func (a *advisory) reapStale() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(a.b.ctx, a.b.cfg.OpTimeout)
-		_, err := a.b.pool.Exec(ctx, `DELETE FROM `+a.b.table+` l WHERE NOT `+heldByRowHolder)
+		_, err := a.b.pool.Exec(ctx, `DELETE FROM `+a.b.table+` l WHERE `+reapable)
 		cancel()
 		if err != nil && a.b.ctx.Err() == nil {
 			a.b.log.Warn("pgbridge: reaping stale lease rows", "err", err)

@@ -18,13 +18,21 @@
 //     deadline to the millisecond (plus one round trip); the lease row
 //     mirrors them (deadline on the holder's wall clock) and the table is
 //     UNLOGGED, since a row means nothing without the session holding the
-//     lock. Other instances read rows whose holder session still holds the
-//     lock (checked in pg_locks), and route writes on such keys to the
-//     holding instance with LISTEN/NOTIFY. A holder session that ends (an
-//     error, pg_terminate_backend, a restart of PostgreSQL) takes its locks
-//     with it: the instance forgets them (they answer as absent: a release
-//     or extend then answers 0), counts it, and reconnects. Locks end with
-//     the instance that holds them.
+//     lock or its deadline. Other instances read rows whose holder session
+//     still holds the lock (checked in pg_locks), and route writes on such
+//     keys to the holding instance with LISTEN/NOTIFY. A holder session that
+//     ends (an error, pg_terminate_backend, a restart of PostgreSQL, the
+//     instance's end) takes its advisory locks with it, while their clients
+//     still believe they hold them until their TTLs: so a lost lease with a
+//     deadline fences its key until that deadline (fence.go): its row stays
+//     and counts as held by nobody (SET NX nil, release and extend 0, GET the
+//     token lockproxy:lost-lease), on every instance; the instance that lost
+//     it keeps it in memory too. A lost lease without a deadline is lost at
+//     once (nothing bounds it, as with a Redis that crashes without
+//     persistence). A crash or immediate shutdown of PostgreSQL also empties
+//     the UNLOGGED table: every instance records in a LOGGED table how far
+//     its leases reach (horizon.go), and after a restart takes no lock
+//     (TRYAGAIN) until the leases granted before it have ended.
 //   - lease: the (logged) lease table is the truth and PostgreSQL's clock
 //     the only clock. Each write is one transaction that takes
 //     pg_try_advisory_xact_lock on its keys and reads and writes their rows
@@ -44,5 +52,12 @@
 // key, not across keys; MSET over a key another instance holds and a script
 // over keys several other instances hold are refused with TRYAGAIN rather
 // than routed; a key locked from SQL without a lease row reads as absent and
-// refuses SET NX (nil), while other writes on it answer TRYAGAIN.
+// refuses SET NX (nil), while other writes on it answer TRYAGAIN. Fences
+// exclude lockproxy clients only: an SQL user of pg_advisory_lock gets a
+// fenced key's lock as soon as the lost session is gone. A fence's deadline
+// is the holder's wall clock, compared with PostgreSQL's: the instances'
+// clocks must agree with PostgreSQL's within the drift allowance (NTP). The
+// wait after a restart of PostgreSQL is as long as the longest TTL granted
+// just before it (plus 1 s), up to an hour: a lease longer than an hour is
+// not covered, and a crash of PostgreSQL loses it.
 package pgbridge

@@ -19,7 +19,8 @@ import (
 // Any error on a holder ends its session on purpose: PostgreSQL then
 // releases all of its locks, which is a state this process can know. The
 // session's generation moves on, and every lease taken under the old one
-// counts as lost (answered as absent, never as held).
+// counts as lost: never answered as held by its owner, and, when it has a
+// deadline, a fence until then (fence.go).
 type holder struct {
 	a     *advisory
 	idx   int
@@ -35,19 +36,21 @@ type holder struct {
 // or any other statement (sql, args; scan reads its single row, a nil scan
 // executes it for its effect).
 type query struct {
-	kind  qkind
-	k     dbKey
-	token []byte // acquire
-	dl    int64  // acquire: deadline, Unix ms, 0 for none
-	id    int64  // release: the lock id; acquire: the id it locked
-	ok    bool   // acquire: locked and row written
-	sql   string
-	args  []any
-	scan  func(pgx.Row) error
-	want  uint64 // the generation it is for (0: any)
-	gen   uint64 // the generation it ran under
-	err   error
-	done  chan struct{}
+	kind   qkind
+	k      dbKey
+	token  []byte // acquire
+	dl     int64  // acquire: deadline, Unix ms, 0 for none
+	id     int64  // release: the lock id; acquire: the id it locked
+	ok     bool   // acquire: locked and row written
+	fenced bool   // a write that found the key fenced (fence.go)
+	locks  bool   // a statement that takes advisory locks (held back by a quarantine, horizon.go)
+	sql    string
+	args   []any
+	scan   func(pgx.Row) error
+	want   uint64 // the generation it is for (0: any)
+	gen    uint64 // the generation it ran under
+	err    error
+	done   chan struct{}
 }
 
 type qkind uint8
@@ -123,7 +126,8 @@ func (h *holder) run() {
 }
 
 // connect opens the holder's session and removes the lease rows a former
-// session of this holder left behind (its locks died with it).
+// session of this holder left behind (its locks died with it) that fence
+// nothing.
 func (h *holder) connect() (*pgx.Conn, error) {
 	b := h.a.b
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.OpTimeout)
@@ -137,7 +141,11 @@ func (h *holder) connect() (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, `DELETE FROM `+b.table+` WHERE holder = $1`, h.name); err != nil {
+	if _, err := conn.Exec(ctx, `DELETE FROM `+b.table+` l WHERE l.holder = $1 AND `+reapable, h.name); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	if err := h.a.quarantineAfter(ctx, conn); err != nil {
 		conn.Close(context.Background())
 		return nil, err
 	}
@@ -217,11 +225,11 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 }
 
 // releaseSQL deletes the lease rows of a batch's releases and unlocks
-// their locks, answering (ordinality, unlocked, id) per release.
+// their locks, answering (ordinality, unlocked, id, NULL) per release.
 func (h *holder) releaseSQL() string {
 	return `WITH r AS (SELECT * FROM unnest($1::int[], $2::bytea[], $3::bigint[]) WITH ORDINALITY AS u(db, key, id, ord)),
 		d AS (DELETE FROM ` + h.a.b.table + ` t USING r WHERE t.db = r.db AND t.key = r.key AND t.holder_pid = pg_backend_pid())
-		SELECT ord, pg_advisory_unlock(id), id FROM r ORDER BY ord`
+		SELECT ord, pg_advisory_unlock(id), id, NULL::boolean FROM r ORDER BY ord`
 }
 
 func releaseArgs(qs []*query) []any {
@@ -233,18 +241,23 @@ func releaseArgs(qs []*query) []any {
 }
 
 // acquireSQL tries the lock of each of a batch's acquires and writes the
-// lease rows of those it took, answering (ordinality, taken, lock id).
-// pg_try_advisory_lock is volatile, so the MATERIALIZED step runs it
-// exactly once per row.
+// lease rows of those it took, answering (ordinality, acquired, lock id,
+// unlocked). pg_try_advisory_lock is volatile, so the MATERIALIZED step
+// runs it exactly once per row. A key whose row is a fence (fence.go:
+// checked on the row as it stands, under the conflict's row lock) keeps
+// its row, and its lock is released again in the same statement.
 func (h *holder) acquireSQL() string {
 	return `WITH l AS MATERIALIZED (
 			SELECT u.*, pg_try_advisory_lock(hashtextextended(u.ht, u.db::bigint)) AS ok, hashtextextended(u.ht, u.db::bigint) AS id
 			FROM unnest($1::int[], $2::bytea[], $3::text[], $4::bytea[], $5::bigint[]) WITH ORDINALITY AS u(db, key, ht, token, deadline, ord)),
-		ins AS (INSERT INTO ` + h.a.b.table + ` (db, key, lock_id, token, deadline_ms, holder, holder_pid)
+		ins AS (INSERT INTO ` + h.a.b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
 			SELECT db, key, id, token, deadline, $6, pg_backend_pid() FROM l WHERE ok
 			ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
-				deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid)
-		SELECT ord, ok, id FROM l ORDER BY ord`
+				deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
+			WHERE NOT ` + fencedBy("t") + `
+			RETURNING t.db, t.key)
+		SELECT l.ord, ins.db IS NOT NULL, l.id, CASE WHEN l.ok AND ins.db IS NULL THEN pg_advisory_unlock(l.id) END
+		FROM l LEFT JOIN ins ON ins.db = l.db AND ins.key = l.key ORDER BY l.ord`
 }
 
 func (h *holder) acquireArgs(qs []*query) []any {
@@ -260,8 +273,8 @@ func (h *holder) acquireArgs(qs []*query) []any {
 	return []any{dbs, keys, hts, toks, dls, h.name}
 }
 
-// readRows reads a merged statement's rows (ordinality, ok, id) into its
-// queries.
+// readRows reads a merged statement's rows (ordinality, ok, id, and a
+// column it ignores) into its queries.
 func readRows(br pgx.BatchResults, qs []*query, set func(q *query, ok bool, id int64) error) error {
 	rows, err := br.Query()
 	if err != nil {
@@ -272,7 +285,8 @@ func readRows(br pgx.BatchResults, qs []*query, set func(q *query, ok bool, id i
 	for rows.Next() {
 		var ord, id int64
 		var ok bool
-		if err := rows.Scan(&ord, &ok, &id); err != nil {
+		var extra *bool
+		if err := rows.Scan(&ord, &ok, &id, &extra); err != nil {
 			return err
 		}
 		if ord < 1 || int(ord) > len(qs) {
@@ -311,11 +325,23 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 	var pb pgx.Batch
 	run := batch[:0:0]
 	var acq, rel, stmts []*query
+	var held error // the quarantine, once asked
+	asked := false
 	for _, q := range batch {
 		if q.want != 0 && q.want != gen {
 			q.err = errLost
 			close(q.done)
 			continue
+		}
+		if q.kind == qAcquire || q.locks {
+			if !asked {
+				held, asked = h.a.quarantined(), true
+			}
+			if held != nil {
+				q.err = held
+				close(q.done)
+				continue
+			}
 		}
 		switch q.kind {
 		case qAcquire:

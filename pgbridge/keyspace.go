@@ -229,7 +229,7 @@ func (b *Backend) dbSize(ctx context.Context, db int, except [][]byte) (int64, e
 func (b *Backend) countLive(ctx context.Context, db int, except [][]byte, n *int64) (err error) {
 	if b.cfg.Strategy == Advisory {
 		err = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` l WHERE l.db = $1 AND NOT (l.key = ANY($3))
-			AND (l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder, db, nowMS(), except).Scan(n)
+			AND ((l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder+` OR l.deadline_ms > `+pgNowMS+`)`, db, nowMS(), except).Scan(n)
 	} else {
 		err = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE db = $1 AND NOT (key = ANY($2))
 			AND `+leaseLive("deadline_ms"), db, except).Scan(n)

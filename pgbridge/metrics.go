@@ -25,13 +25,15 @@ var (
 	descRouted = prometheus.NewDesc("lockproxy_postgres_routed_total",
 		"Operations routed between instances by LISTEN/NOTIFY (advisory strategy): sent to the holding instance, or served for another.",
 		[]string{"direction"}, nil)
+	descWait = prometheus.NewDesc("lockproxy_postgres_restart_wait_seconds",
+		"How long this instance still grants no lock after a restart of PostgreSQL, until the leases granted before it have ended (advisory strategy); 0 when it grants them.", nil, nil)
 	descPool = prometheus.NewDesc("lockproxy_postgres_pool_connections",
 		"Connections of the pool that serves reads, lease transactions and NOTIFY, by state.", []string{"state"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (b *Backend) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHoldersUp, descHolders, descLost, descLeases, descRouted, descPool} {
+	for _, d := range []*prometheus.Desc{descHoldersUp, descHolders, descLost, descLeases, descRouted, descWait, descPool} {
 		ch <- d
 	}
 }
@@ -51,6 +53,7 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHolders, prometheus.GaugeValue, float64(len(a.holders)))
 	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(lost))
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(a.rows.Load()))
+	ch <- prometheus.MustNewConstMetric(descWait, prometheus.GaugeValue, a.waitLeft().Seconds())
 	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(a.router.sent.Load()), "sent")
 	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(a.router.served.Load()), "served")
 }
@@ -100,7 +103,8 @@ func (b *Backend) InfoLines() []string {
 		"lockproxy_postgres_holders_up:"+strconv.Itoa(up),
 		"lockproxy_postgres_holder_sessions_lost:"+strconv.Itoa(lost),
 		"lockproxy_postgres_routed_sent:"+strconv.FormatInt(a.router.sent.Load(), 10),
-		"lockproxy_postgres_routed_served:"+strconv.FormatInt(a.router.served.Load(), 10))
+		"lockproxy_postgres_routed_served:"+strconv.FormatInt(a.router.served.Load(), 10),
+		"lockproxy_postgres_restart_wait_ms:"+strconv.FormatInt(a.waitLeft().Milliseconds(), 10))
 }
 
 // holderCounts returns how many holder sessions are connected and how many

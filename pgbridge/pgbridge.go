@@ -267,6 +267,9 @@ func (b *Backend) createSchema(ctx context.Context) error {
 			PRIMARY KEY (db, key))`,
 		"ALTER TABLE " + b.table + " SET " + persistence,
 	}
+	if b.cfg.Strategy == Advisory {
+		ddl = append(ddl, horizonDDL(b.cfg.Schema))
+	}
 	for _, q := range ddl {
 		if _, err := b.pool.Exec(ctx, q); err != nil {
 			var pe *pgconn.PgError
@@ -402,10 +405,11 @@ func (b *Backend) dropPool(ctx context.Context, err error) {
 func connError(err error) bool {
 	var pe *pgconn.PgError
 	var he *heldError
+	var re *backend.ReplyError
 	switch {
 	case errors.As(err, &pe):
 		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")
-	case errors.As(err, &he), errors.Is(err, pgx.ErrNoRows):
+	case errors.As(err, &he), errors.Is(err, pgx.ErrNoRows), errors.As(err, &re):
 		return false
 	}
 	return true

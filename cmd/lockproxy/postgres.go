@@ -26,7 +26,7 @@ func newPostgres(cfg Config, runner *luascripts.Runner, log *slog.Logger) (backe
 	}
 	var warnings []string
 	if cfg.PostgresStrategy == pgbridge.Advisory {
-		warnings = append(warnings, "postgres advisory strategy: locks end with this instance (its sessions hold them)")
+		warnings = append(warnings, "postgres advisory strategy: a lock without a TTL ends with this instance's PostgreSQL sessions (a lock with one fences its key until its TTL runs out)")
 	}
 	return b, warnings, nil
 }

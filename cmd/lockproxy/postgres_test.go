@@ -12,7 +12,7 @@ import (
 // endpoints, SIGTERM.
 func TestBinaryPostgres(t *testing.T) {
 	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
-	runBinary(t, []string{"--backend", "postgres", "--postgres-dsn", dsn}, "backend=postgres", "locks end with this instance")
+	runBinary(t, []string{"--backend", "postgres", "--postgres-dsn", dsn}, "backend=postgres", "a lock without a TTL ends with this instance")
 }
 
 // TestMaskDSN: no form of DSN pgx accepts shows its passwords in a log

@@ -248,6 +248,12 @@ func (p *Postgres) Kill() { p.signal(syscall.SIGKILL) }
 // waits until it has exited.
 func (p *Postgres) Stop() { p.signal(syscall.SIGINT) }
 
+// Immediate shuts the server down as `pg_ctl stop -m immediate` does
+// (SIGQUIT: every process quits at once, without a checkpoint) and waits
+// until it has exited. The next Start runs crash recovery, which empties
+// UNLOGGED tables; committed data survives.
+func (p *Postgres) Immediate() { p.signal(syscall.SIGQUIT) }
+
 func (p *Postgres) signal(s syscall.Signal) {
 	p.mu.Lock()
 	proc := p.proc
@@ -257,7 +263,7 @@ func (p *Postgres) signal(s syscall.Signal) {
 	}
 	proc.cmd.Process.Signal(s)
 	<-proc.exited
-	if s == syscall.SIGKILL {
+	if s == syscall.SIGKILL || s == syscall.SIGQUIT {
 		// The postmaster's children outlive it for a moment; a new
 		// postmaster refuses to start until they are gone.
 		for range 500 {

@@ -1,0 +1,79 @@
+package pgbridge
+
+import "time"
+
+// The life of this instance's leases (advisory strategy): a timer ends each
+// at its deadline, and a lost holder session turns its leases into fences
+// (fence.go) or forgets them.
+
+// drop forgets a lease (its stripe locked).
+func (a *advisory) drop(st *stripe, k dbKey, e *held) {
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	if e.row && !e.lost {
+		a.rows.Add(-1)
+	}
+	e.row = false
+	delete(st.owned, k)
+}
+
+// arm sets the timer that ends a lease at its deadline: the holder
+// deletes the row and releases the lock, to the millisecond of the
+// deadline plus one round trip.
+func (a *advisory) arm(k dbKey, e *held) {
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	if e.deadline == 0 {
+		return
+	}
+	e.timer = time.AfterFunc(time.Until(time.UnixMilli(e.deadline)), func() { a.expire(k, e) })
+}
+
+// expire ends the lease e of k if it is still this one and its deadline
+// has passed.
+func (a *advisory) expire(k dbKey, e *held) {
+	st := a.b.stripe(k)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.owned[k] != e {
+		return
+	}
+	if !e.valid() {
+		a.drop(st, k, e)
+		return
+	}
+	if e.deadline == 0 || e.deadline > nowMS() {
+		a.arm(k, e) // extended meanwhile
+		return
+	}
+	q := &query{kind: qRelease, k: k, id: e.lockID, want: e.gen}
+	e.h.submit(q)
+	do(q) // on failure the session ended, and the lock with it
+	a.drop(st, k, e)
+	a.b.expired.Add(1)
+}
+
+// sweep forgets the leases of sessions that are gone, but for the fences
+// they leave (their timers end them at their deadlines).
+func (a *advisory) sweep() {
+	now := nowMS()
+	for i := range a.b.stripes {
+		st := &a.b.stripes[i]
+		st.mu.Lock()
+		for k, e := range st.owned {
+			_, fenced := e.fence(now)
+			switch {
+			case e.valid():
+			case !fenced:
+				a.drop(st, k, e)
+			case !e.lost:
+				e.lost = true
+				a.rows.Add(-1)
+			}
+		}
+		st.mu.Unlock()
+	}
+}

@@ -1,0 +1,206 @@
+package pgbridge_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/pgbridge"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+const (
+	releaseSrc = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`
+	extendSrc  = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end`
+	// acquireSrc is node redlock's kind of acquire: a script that sets
+	// the key when it is absent.
+	acquireSrc = `if redis.call("exists", KEYS[1]) == 0 then redis.call("set", KEYS[1], ARGV[1], "PX", 60000) return 1 end return 0`
+)
+
+func nx(ttl time.Duration) backend.SetOptions {
+	return backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: ttl}}
+}
+
+// newBackendCfg is newBackend with a Config of the test's.
+func newBackendCfg(t *testing.T, cfg pgbridge.Config) *pgbridge.Backend {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := pgbridge.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgbridge.New: %v", err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	return b
+}
+
+// TestFence: the lease of a holder session ended with pg_terminate_backend
+// fences its key until its deadline, on the instance that lost it and on
+// another, even with the reapers running every 20ms: SET NX answers nil,
+// GET the fence token, a release or extend script 0, an acquiring script
+// 0, a DEL TRYAGAIN; once the deadline has passed the key is free. A lost
+// lock without a TTL fences nothing. (Without fences the other instance
+// took the key at once.)
+func TestFence(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	cfg := pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, ReapInterval: 20 * time.Millisecond}
+	a, b := newBackendCfg(t, cfg), newBackendCfg(t, cfg)
+	const ttl = 3 * time.Second
+	start := time.Now() // validity counts from the acquire's start
+	if r, err := a.Set(ctx, 0, "f", []byte("tok"), nx(ttl)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	if r, err := a.Set(ctx, 0, "forever", []byte("tok"), backend.SetOptions{Cond: backend.IfAbsent}); err != nil || !r.Written {
+		t.Fatalf("SET NX without TTL = %+v, %v", r, err)
+	}
+	sql, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(context.Background())
+	// End a's holder sessions and wait until PostgreSQL has let go of them.
+	if _, err := sql.Exec(ctx, `SELECT pg_terminate_backend(holder_pid) FROM lockproxy.leases`); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); ; {
+		var n int
+		if err := sql.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity a JOIN lockproxy.leases l ON a.pid = l.holder_pid`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the terminated holder sessions are still there after 10s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the sessions' exit
+	}
+	// The lock without a TTL is lost: the other instance takes it.
+	if r, err := b.Set(ctx, 0, "forever", []byte("b"), nx(time.Minute)); err != nil || !r.Written {
+		t.Errorf("SET NX of a lost lock without TTL = %+v, %v; want written", r, err)
+	}
+	for _, tc := range []struct {
+		name string
+		be   *pgbridge.Backend
+	}{{"other instance", b}, {"losing instance", a}} {
+		be := tc.be
+		if r, err := be.Set(ctx, 0, "f", []byte("new"), nx(time.Minute)); err != nil || r.Written {
+			t.Errorf("%s: SET NX on a fence = %+v, %v; want not written", tc.name, r, err)
+		}
+		ev := func(src string, args ...string) (backend.Value, error) {
+			bs := make([][]byte, len(args))
+			for i, s := range args {
+				bs[i] = []byte(s)
+			}
+			return be.Eval(ctx, 0, scriptOf(src), []string{"f"}, bs, false)
+		}
+		for _, s := range []struct {
+			name, src string
+			args      []string
+		}{{"release", releaseSrc, []string{"tok"}}, {"extend", extendSrc, []string{"tok", "60000"}}, {"acquire", acquireSrc, []string{"new"}}} {
+			v, err := ev(s.src, s.args...)
+			if err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN") && tc.be == a {
+				v, err = ev(s.src, s.args...) // a may learn of its loss on this statement
+			}
+			if err != nil || v.Int != 0 {
+				t.Errorf("%s: %s script on a fence = %+v, %v; want 0", tc.name, s.name, v, err)
+			}
+		}
+		if tok, ok, err := be.Get(ctx, 0, "f"); err != nil || !ok || string(tok) != "lockproxy:lost-lease" {
+			t.Errorf("%s: GET of a fence = %q, %v, %v; want the fence token", tc.name, tok, ok, err)
+		}
+		if ms, err := be.PTTL(ctx, 0, "f"); err != nil || ms <= 0 || ms > ttl.Milliseconds() {
+			t.Errorf("%s: PTTL of a fence = %d, %v; want the time left", tc.name, ms, err)
+		}
+		if _, err := be.Del(ctx, 0, []string{"f"}); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			t.Errorf("%s: DEL of a fence = %v; want TRYAGAIN", tc.name, err)
+		}
+	}
+	for end := time.Now().Add(20 * time.Second); ; {
+		r, err := b.Set(ctx, 0, "f", []byte("after"), nx(time.Minute))
+		if err == nil && r.Written {
+			if took := time.Since(start); took < ttl-ttl/100-2*time.Millisecond {
+				t.Fatalf("the fenced key was granted again %v after the lost lease's grant, before its %v TTL", took, ttl)
+			}
+			break
+		}
+		if err != nil || time.Now().After(end) {
+			t.Fatalf("SET NX after the fence = %+v, %v", r, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the deadline
+	}
+}
+
+// TestRestartQuarantine: after PostgreSQL shut down with -m immediate (its
+// crash recovery empties the UNLOGGED lease table) no instance grants a
+// lock before the leases granted before the restart have ended: neither
+// the one that granted them nor one started after the restart. Both answer
+// TRYAGAIN meanwhile, and grant again afterwards.
+func TestRestartQuarantine(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := testsrv.StartPostgres(t)
+	dsn := pg.NewDatabase(t)
+	a := newBackendCfg(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory})
+	const ttl = 4 * time.Second
+	start := time.Now() // validity counts from the acquire's start
+	if r, err := a.Set(ctx, 0, "q", []byte("tok"), nx(ttl)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	pg.Immediate()
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := newBackendCfg(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory})
+	if time.Since(start) > ttl-time.Second {
+		t.Skipf("the restart took %v: too long for a %v lease to tell", time.Since(start), ttl)
+	}
+	// All at once: the first grant among them must come after the lease.
+	var wg sync.WaitGroup
+	for _, tc := range []struct {
+		name string
+		be   *pgbridge.Backend
+		key  string
+	}{
+		{"the instance that granted it, the lost key", a, "q"},
+		{"the instance that granted it, another key", a, "other"},
+		{"an instance started after the restart, the lost key", c, "q"},
+	} {
+		wg.Go(func() {
+			refused, sawWait := 0, false
+			for end := time.Now().Add(30 * time.Second); ; {
+				r, err := tc.be.Set(ctx, 0, tc.key, []byte("new"), nx(200*time.Millisecond)) // short: the others get it after
+				if err != nil && strings.Contains(err.Error(), "PostgreSQL restarted") {
+					refused++
+					for _, l := range tc.be.InfoLines() {
+						if v, ok := strings.CutPrefix(l, "lockproxy_postgres_restart_wait_ms:"); ok && v != "0" {
+							sawWait = true
+						}
+					}
+				}
+				if err == nil && r.Written {
+					if refused > 1 && !sawWait {
+						t.Errorf("%s: INFO never showed lockproxy_postgres_restart_wait_ms above 0 during %d refusals", tc.name, refused)
+					}
+					if took := time.Since(start); took < ttl-ttl/100-2*time.Millisecond {
+						t.Errorf("%s: granted %v after a %v lease from before the restart was asked for", tc.name, took, ttl)
+					}
+					return
+				}
+				if err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN") || time.Now().After(end) {
+					t.Errorf("%s: SET NX after the restart = %+v, %v", tc.name, r, err)
+					return
+				}
+				time.Sleep(20 * time.Millisecond) // polling for the quarantine's end
+			}
+		})
+	}
+	wg.Wait()
+}
