@@ -94,10 +94,11 @@ func (h *holder) run() {
 	for b.ctx.Err() == nil {
 		conn, err := h.connect()
 		if err != nil {
-			b.log.Warn("pgbridge: holder connect", "holder", h.idx, "err", err)
-			h.failQueued(fmt.Errorf("%w: %v", errHolderDown, err), 200*time.Millisecond)
+			b.outage.fail("holder "+h.name, err)
+			h.failQueued(fmt.Errorf("%w: %w", errHolderDown, err), 200*time.Millisecond)
 			continue
 		}
+		b.outage.ok()
 		gen += 2 // odd numbers never occur: 0 means down
 		h.gen.Store(gen)
 		err = h.serve(conn, gen)
@@ -107,7 +108,7 @@ func (h *holder) run() {
 			break
 		}
 		h.lost.Add(1)
-		b.log.Warn("pgbridge: holder connection lost; its locks were released", "holder", h.idx, "err", err)
+		b.log.Warn("pgbridge: holder connection lost; its locks were released", "holder", h.idx, "err", flatErr(err))
 		for _, o := range h.a.holders { // PostgreSQL may have restarted: every session may be gone
 			select {
 			case o.check <- struct{}{}:

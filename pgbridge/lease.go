@@ -291,6 +291,7 @@ func (s *leaseStore) release(ctx context.Context, k dbKey, token []byte) (delete
 func (s *leaseStore) fastResult(ctx context.Context, locked bool, err error) (bool, error) {
 	switch {
 	case err == nil:
+		s.b.outage.ok()
 		return locked, nil
 	case pgconn.SafeToRetry(err):
 		return false, nil

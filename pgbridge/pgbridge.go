@@ -73,6 +73,7 @@ type Backend struct {
 	runner   *luascripts.Runner
 	releases luascripts.Releases // catalogued release scripts seen (lease fast path)
 	log      *slog.Logger
+	outage   outage // PostgreSQL unreachable: logged with backoff, its end once
 	seed     maphash.Seed
 	stripes  [numStripes]stripe
 	store    strategy
@@ -203,7 +204,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg: cfg, pool: pool, table: cfg.Schema + ".leases", instance: hex.EncodeToString(id),
 		runner: cfg.Runner,
-		log:    cfg.Logger, seed: maphash.MakeSeed(),
+		log:    cfg.Logger, seed: maphash.MakeSeed(), outage: outage{log: cfg.Logger},
 	}
 	for i := range b.stripes {
 		b.stripes[i].owned = make(map[dbKey]*held)
@@ -373,7 +374,7 @@ func tryAgain(err error) error {
 	if errors.As(err, &re) {
 		return err
 	}
-	return &backend.ReplyError{Reply: "TRYAGAIN postgres: " + oneLine(err.Error()), Err: err}
+	return &backend.ReplyError{Reply: "TRYAGAIN postgres: " + clientText(err), Err: err}
 }
 
 // retryRead runs f again after a connection failure, up to three times:
@@ -381,7 +382,11 @@ func tryAgain(err error) error {
 func (b *Backend) retryRead(ctx context.Context, f func() error) error {
 	var err error
 	for range 3 {
-		if err = f(); err == nil || !connError(err) || ctx.Err() != nil {
+		if err = f(); err == nil {
+			b.outage.ok()
+			return nil
+		}
+		if !connError(err) || ctx.Err() != nil {
 			return err
 		}
 		b.dropPool(ctx, err)
@@ -396,6 +401,7 @@ func (b *Backend) retryRead(ctx context.Context, f func() error) error {
 // each. Connections in use are closed when they come back.
 func (b *Backend) dropPool(ctx context.Context, err error) {
 	if connError(err) && ctx.Err() == nil {
+		b.outage.fail("pool", err)
 		b.pool.Reset()
 	}
 }
@@ -415,7 +421,6 @@ func connError(err error) bool {
 	return true
 }
 
-func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
 
 // deadlineParam converts a deadline (Unix ms, 0 for none) to the
 // deadline_ms parameter. Deadlines are kept in milliseconds because Redis

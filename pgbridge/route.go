@@ -111,6 +111,7 @@ func (r *router) listen() {
 			_, err = conn.Exec(b.ctx, `LISTEN "`+r.channel+`"`)
 		}
 		if err == nil {
+			b.outage.ok()
 			once.Do(func() { close(r.ready) })
 			for {
 				var n *pgconn.Notification
@@ -125,7 +126,7 @@ func (r *router) listen() {
 			conn.Close(context.Background())
 		}
 		if b.ctx.Err() == nil {
-			b.log.Warn("pgbridge: routing listener", "err", err)
+			b.outage.fail("routing listener", err)
 			time.Sleep(200 * time.Millisecond) // before reconnecting
 		}
 	}
