@@ -153,11 +153,11 @@ func TestMigrateSetNX(t *testing.T) {
 
 func TestMigrateScripts(t *testing.T) {
 	cases := []struct {
-		name, file  string
-		args        func(tok string) []any
-		granted     func(v any) bool
-		release     string
-		released    any
+		name, file string
+		args       func(tok string) []any
+		granted    func(v any) bool
+		release    string
+		released   any
 	}{
 		{"redlock4", "redlock4-acquire.lua", func(tok string) []any { return []any{tok, 60000} },
 			func(v any) bool { return v == int64(1) }, "redlock4-release.lua", int64(1)},
