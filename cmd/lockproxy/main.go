@@ -20,6 +20,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/migrate"
 	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/quorum"
@@ -74,6 +75,17 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if cfg.MigrateFrom != "" {
+		mt, _ := parseDuration(cfg.MigrateTimeout)
+		m, err := migrate.New(b, migrate.Config{URL: cfg.MigrateFrom, Timeout: mt, Logger: log,
+			Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})})
+		if err != nil {
+			b.Close(context.Background())
+			return err
+		}
+		b = m
+		warnings = append(warnings, "migrating: every lock is also taken in "+migrate.MaskURL(cfg.MigrateFrom)+"; remove migrate-from once no client uses it directly (INFO lockproxy_migration_legacy_clients)")
+	}
 	defer b.Close(context.Background())
 	if cfg.open() {
 		warnings = append(warnings, "protected-mode is off: clients from the network are served without a password")
@@ -113,7 +125,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("lockproxy started", "backend", cfg.Backend, "listen", ln.Addr().String(), "nodes", cfg.nodes(),
 		"requirepass", cfg.RequirePass != "", "users", cfg.Users.names(),
-		"passthrough", maskURL(cfg.Passthrough), "tls", tlsCfg != nil, "client_certs", cfg.TLSCACertFile != "", "warnings", warnings)
+		"passthrough", maskURL(cfg.Passthrough), "migrate_from", migrate.MaskURL(cfg.MigrateFrom), "tls", tlsCfg != nil, "client_certs", cfg.TLSCACertFile != "", "warnings", warnings)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
