@@ -152,22 +152,21 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 }
 
 // evalAcquire finishes an acquiring script once it ran on the legacy
-// Redis (lr).
+// Redis (lr). The script holds a key on a side when the key holds there
+// the value the script writes when it creates it (p.creates: its token).
 func (b *Backend) evalAcquire(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, p plan, lr legacyRun) (backend.Value, error) {
-	var wrote, created []backend.KV // keys the legacy run changed; those it brought into being
+	var held, created []backend.KV // keys the legacy Redis now holds with the token; those this run brought into being
 	for i, k := range p.watch {
-		if i >= len(lr.after) || lr.after[i] == nil {
+		tok, ok := p.creates[k]
+		if !ok || i >= len(lr.after) || lr.after[i] == nil || *lr.after[i] != string(tok) {
 			continue
 		}
-		if lr.before[i] == nil || *lr.before[i] != *lr.after[i] {
-			kv := backend.KV{Key: k, Value: []byte(*lr.after[i])}
-			wrote = append(wrote, kv)
-			if lr.before[i] == nil {
-				created = append(created, kv)
-			}
+		held = append(held, backend.KV{Key: k, Value: tok})
+		if lr.before[i] == nil {
+			created = append(created, backend.KV{Key: k, Value: tok})
 		}
 	}
-	if len(wrote) == 0 { // refused on the legacy Redis: its own reply
+	if len(held) == 0 { // refused on the legacy Redis: its own reply
 		b.st.refusedLegacy.Add(1)
 		return lr.result()
 	}
@@ -176,16 +175,15 @@ func (b *Backend) evalAcquire(ctx context.Context, db int, s backend.Script, key
 		b.undoLegacy(ctx, db, created)
 		return v, err
 	}
-	// The inner backend granted when every key the legacy run wrote holds
-	// the same value there: tokens are per-client random, so no other
-	// client's lock can look like this one.
+	// The inner backend granted when every key the legacy Redis holds for
+	// the script holds the same token there: tokens are per-client random,
+	// so no other client's lock can look like this one.
 	var mine []backend.KV
 	granted := true
-	for _, kv := range wrote {
+	for _, kv := range held {
 		tok, ok, gerr := b.inner.Get(ctx, db, kv.Key)
 		if gerr != nil {
 			b.undoLegacy(ctx, db, created)
-			b.undoInner(ctx, db, wrote)
 			return backend.Value{}, gerr
 		}
 		if ok && bytes.Equal(tok, kv.Value) {
