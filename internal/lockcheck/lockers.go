@@ -1,0 +1,188 @@
+package lockcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+)
+
+// ClientOptions are the go-redis options every Locker here uses for addr: no
+// retries (one attempt is one request, so a lost reply is an error, never a
+// second SET), the context's deadline honoured, RESP2, and a small pool.
+func ClientOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                  addr,
+		Protocol:              2,
+		DisableIdentity:       true,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		PoolSize:              2,
+		DialTimeout:           time.Second,
+		ReadTimeout:           2 * time.Second,
+		WriteTimeout:          2 * time.Second,
+	}
+}
+
+// releaseScript is the usual compare-and-delete release.
+var releaseScript = redis.NewScript(`if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`)
+
+// GoRedisLocker acquires with SET key token NX PX ttl and releases with the
+// compare-and-delete script (EVALSHA, EVAL on NOSCRIPT), through go-redis v9.
+// It is not safe for concurrent use by several workers' histories (one per
+// worker), though the client itself is.
+type GoRedisLocker struct{ C *redis.Client }
+
+// NewGoRedisLocker returns a GoRedisLocker talking to addr with ClientOptions.
+func NewGoRedisLocker(addr string) *GoRedisLocker {
+	return &GoRedisLocker{C: redis.NewClient(ClientOptions(addr))}
+}
+
+// Acquire implements Locker.
+func (l *GoRedisLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	err := l.C.SetArgs(ctx, key, token, redis.SetArgs{Mode: "NX", TTL: ttl}).Err()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
+// Release implements Locker.
+func (l *GoRedisLocker) Release(ctx context.Context, key, token string) error {
+	return releaseScript.Run(ctx, l.C, []string{key}, token).Err()
+}
+
+// Close closes the client.
+func (l *GoRedisLocker) Close() error { return l.C.Close() }
+
+// RedsyncLocker is client-side Redlock from go-redsync/redsync v4 with one
+// pool: lockproxy is the one "node", so redsync's quorum is 1 and its own
+// validity check (elapsed + drift < TTL) applies on top of the service's.
+// Each Acquire is one try (WithTries(1)); a vote that did not get the lock
+// because it was taken reports contended.
+type RedsyncLocker struct {
+	c    *redis.Client
+	rs   *redsync.Redsync
+	held map[string]*redsync.Mutex // key+token → the mutex that acquired it
+	tf   float64
+}
+
+// NewRedsyncLocker returns a RedsyncLocker talking to addr. redsync gives each
+// attempt timeoutFactor·TTL to answer (its default 0.05 is 25ms of a 500ms
+// TTL, short for a loaded test machine); this uses 0.5.
+func NewRedsyncLocker(addr string) *RedsyncLocker {
+	c := redis.NewClient(ClientOptions(addr))
+	return &RedsyncLocker{c: c, rs: redsync.New(goredis.NewPool(c)), held: map[string]*redsync.Mutex{}, tf: 0.5}
+}
+
+// Acquire implements Locker.
+func (l *RedsyncLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	m := l.rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1), redsync.WithValue(token),
+		redsync.WithTimeoutFactor(l.tf))
+	err := m.TryLockContext(ctx)
+	var taken *redsync.ErrTaken
+	switch {
+	case errors.As(err, &taken):
+		return false, nil
+	case errors.Is(err, redsync.ErrFailed):
+		// every node answered OK but the validity time was used up: redsync
+		// released it and reports failure; the outcome is "not held".
+		return false, fmt.Errorf("redsync: validity time used up: %w", err)
+	case err != nil:
+		return false, err
+	}
+	l.held[key+"\x00"+token] = m
+	return true, nil
+}
+
+// Release implements Locker.
+func (l *RedsyncLocker) Release(ctx context.Context, key, token string) error {
+	m, ok := l.held[key+"\x00"+token]
+	if !ok {
+		// an acquire that failed: release by value with a fresh mutex
+		m = l.rs.NewMutex(key, redsync.WithValue(token))
+	}
+	delete(l.held, key+"\x00"+token)
+	_, err := m.UnlockContext(ctx)
+	if errors.Is(err, redsync.ErrLockAlreadyExpired) {
+		return nil
+	}
+	var taken *redsync.ErrTaken
+	if errors.As(err, &taken) {
+		return nil // not ours (any more): nothing to release
+	}
+	return err
+}
+
+// Close closes the client.
+func (l *RedsyncLocker) Close() error { return l.c.Close() }
+
+// RedislockLocker uses bsm/redislock v0.10 (its obtain and release Lua
+// scripts) with no retries and the worker's token.
+type RedislockLocker struct {
+	c    *redis.Client
+	rl   *redislock.Client
+	held map[string]*redislock.Lock
+}
+
+// NewRedislockLocker returns a RedislockLocker talking to addr.
+func NewRedislockLocker(addr string) *RedislockLocker {
+	c := redis.NewClient(ClientOptions(addr))
+	return &RedislockLocker{c: c, rl: redislock.New(c), held: map[string]*redislock.Lock{}}
+}
+
+// Acquire implements Locker.
+func (l *RedislockLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	lk, err := l.rl.Obtain(ctx, key, ttl, &redislock.Options{Token: token, RetryStrategy: redislock.NoRetry()})
+	switch {
+	case errors.Is(err, redislock.ErrNotObtained) && ctx.Err() == nil:
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	l.held[key+"\x00"+token] = lk
+	return true, nil
+}
+
+// Release implements Locker. After a failed acquire there is no Lock to
+// release: the compare-and-delete script removes the token if it was set
+// (redislock's value is the token when there is no metadata).
+func (l *RedislockLocker) Release(ctx context.Context, key, token string) error {
+	lk, ok := l.held[key+"\x00"+token]
+	if !ok {
+		return releaseScript.Run(ctx, l.c, []string{key}, token).Err()
+	}
+	delete(l.held, key+"\x00"+token)
+	if err := lk.Release(ctx); err != nil && !errors.Is(err, redislock.ErrLockNotHeld) {
+		return err
+	}
+	return nil
+}
+
+// Close closes the client.
+func (l *RedislockLocker) Close() error { return l.c.Close() }
+
+// NewLocker returns the Locker for a client name (goredis, redsync or
+// redislock) talking to addr.
+func NewLocker(client, addr string) (Locker, error) {
+	switch client {
+	case "goredis":
+		return NewGoRedisLocker(addr), nil
+	case "redsync":
+		return NewRedsyncLocker(addr), nil
+	case "redislock":
+		return NewRedislockLocker(addr), nil
+	}
+	return nil, fmt.Errorf("lockcheck: unknown client %q (want goredis, redsync or redislock)", client)
+}
+
+// Clients are the names NewLocker knows.
+var Clients = []string{"goredis", "redsync", "redislock"}
