@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/migrate"
+	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
@@ -353,4 +356,27 @@ func TestMigrateDirectClients(t *testing.T) {
 	}
 	direct.Close()
 	await("0")
+}
+
+// TestMigrateTLS takes locks in a legacy Redis that speaks only TLS
+// (rediss://, verified against the test CA, with a client certificate).
+func TestMigrateTLS(t *testing.T) {
+	f := testsrv.NewTLSFiles(t)
+	port := strconv.Itoa(testsrv.FreePort(t))
+	testsrv.StartRedis(t, "--tls-port", port, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-ca-cert-file", f.CA)
+	b, err := migrate.New(memory.New(memory.Config{}), migrate.Config{URL: "rediss://127.0.0.1:" + port, Timeout: time.Second, TLS: f.ClientConfig(t, true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: testsrv.StartLockproxy(t, proxy.Config{}, b), MaxRetries: -1})
+	defer c.Close()
+	ctx := t.Context()
+	if ok, err := c.SetNX(ctx, "k", "tok", time.Minute).Result(); err != nil || !ok {
+		t.Fatalf("SET NX through a TLS legacy Redis = %v, %v; want OK", ok, err)
+	}
+	legacy := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, TLSConfig: f.ClientConfig(t, true)})
+	defer legacy.Close()
+	if v, err := legacy.Get(ctx, "k").Result(); err != nil || v != "tok" {
+		t.Errorf("legacy GET k = %q, %v; want tok", v, err)
+	}
 }
