@@ -3,8 +3,11 @@ package tests
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -344,4 +347,47 @@ func TestMigratingHistoryControl(t *testing.T) {
 	if len(rep.Violations) == 0 {
 		t.Fatalf("no violations without migration: the checker cannot see two populations on two stores\n%s", rep)
 	}
+}
+
+// TestMigratingBinaryMetrics runs the real binary with
+// LOCKPROXY_MIGRATE_FROM: /metrics reports the legacy Redis up and its
+// direct clients, 0 at first (lockproxy's own connections do not count),
+// 1 while a client is connected to it directly, 0 after it leaves.
+func TestMigratingBinaryMetrics(t *testing.T) {
+	legacy := testsrv.StartRedis(t)
+	bin := testsrv.BuildLockproxy(t)
+	lp := testsrv.StartBinaryEnv(t, bin, []string{"LOCKPROXY_MIGRATE_FROM=redis://" + legacy.Addr}, "--migrate-timeout", "1s")
+	ctx := t.Context()
+	c := redis.NewClient(&redis.Options{Addr: lp.Addr, MaxRetries: -1})
+	defer c.Close()
+	if ok, err := c.SetNX(ctx, "k", "tok", time.Minute).Result(); err != nil || !ok {
+		t.Fatalf("SET NX = %v, %v\n%s", ok, err, lp.Logs())
+	}
+	await := func(want ...string) {
+		t.Helper()
+		var body string
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			resp, err := http.Get("http://" + lp.Admin + "/metrics")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				body = string(b)
+				if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(body, w+"\n") }) {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/metrics lacks %q after 20s:\n%s", want, body)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the status loop (every 5s)
+		}
+	}
+	await("lockproxy_migration_legacy_up 1", "lockproxy_migration_legacy_clients 0")
+	direct := redis.NewClient(&redis.Options{Addr: legacy.Addr})
+	if err := direct.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	await("lockproxy_migration_legacy_clients 1")
+	direct.Close()
+	await("lockproxy_migration_legacy_clients 0")
 }
