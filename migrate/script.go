@@ -132,8 +132,13 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	if len(p.creates) > 0 {
 		return b.evalAcquire(ctx, db, s, keys, args, p, lr)
 	}
+	// A lock the inner backend does not have, taken directly on the
+	// legacy Redis, is released or extended there: its reply is the one
+	// the client's library expects. Asked only when the legacy Redis had
+	// one of the keys (one read less per release of a lock it lacked).
+	legacyLive := slices.ContainsFunc(lr.before, func(s *string) bool { return s != nil })
 	liveInner := int64(0)
-	if len(p.watch) > 0 {
+	if legacyLive {
 		if liveInner, err = b.inner.Exists(ctx, db, p.watch); err != nil {
 			return backend.Value{}, err
 		}
@@ -142,10 +147,7 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	if err != nil && !isReply(err) {
 		return v, err
 	}
-	// A lock the inner backend does not have, taken directly on the
-	// legacy Redis, is released or extended there: its reply is the one
-	// the client's library expects.
-	if liveInner == 0 && slices.ContainsFunc(lr.before, func(s *string) bool { return s != nil }) {
+	if legacyLive && liveInner == 0 {
 		return lr.result()
 	}
 	return v, err
