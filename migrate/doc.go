@@ -76,6 +76,14 @@
 //     from the legacy Redis (the cases above where the legacy reply wins)
 //     reaches the client as a bulk string. Lock libraries' scripts answer
 //     integers, nil or bulk strings there.
+//   - Release and extend succeed where the token is held (SPEC §8): an
+//     extend that finds the lock in the inner backend but no longer in the
+//     legacy Redis (it expired there a moment earlier, the legacy Redis was
+//     set first; or the legacy Redis restarted and lost it) succeeds, and a
+//     direct client may then take the lock on the legacy Redis. The first
+//     case lies past the holder's own validity time (TTL counted from
+//     before its acquire was sent); the second is the legacy Redis's own
+//     durability, which no proxy can add.
 //   - Owner checks compare tokens: two clients using the same token are
 //     one owner, as they are on Redis.
 //   - A script that SELECTs another database inside its run is watched in

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/memory"
@@ -76,6 +77,11 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if cfg.MigrateFrom != "" {
+		// go-redis (the legacy Redis's client) logs with the standard
+		// logger, one line per failed dial; a process-wide setting, made
+		// here in main: into our logger, at Debug (failures are counted in
+		// lockproxy_migration_legacy_errors_total and answered TRYAGAIN).
+		redis.SetLogger(goRedisLog{log})
 		mt, _ := parseDuration(cfg.MigrateTimeout)
 		m, err := migrate.New(b, migrate.Config{URL: cfg.MigrateFrom, Timeout: mt, Logger: log,
 			Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})})
@@ -176,6 +182,15 @@ func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger) (backen
 	}
 	runner := luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})
 	return memory.New(memory.Config{Runner: runner}), []string{"memory backend: single node, not HA; locks end with the process"}, nil
+}
+
+// goRedisLog sends go-redis's log lines to the process's logger at Debug.
+type goRedisLog struct{ l *slog.Logger }
+
+func (g goRedisLog) Printf(ctx context.Context, format string, v ...any) {
+	if g.l.Enabled(ctx, slog.LevelDebug) {
+		g.l.Debug("go-redis: " + fmt.Sprintf(format, v...))
+	}
 }
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
