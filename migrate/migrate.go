@@ -186,7 +186,7 @@ func (b *Backend) client(db int) *redis.Client {
 		ReadTimeout:           b.cfg.Timeout,
 		WriteTimeout:          b.cfg.Timeout,
 		PoolTimeout:           b.cfg.Timeout,
-		DialerRetries:         1, // one dial per operation: a legacy Redis that is down costs one refused dial, not five with backoff
+		DialerRetries:         1,    // one dial per operation: a legacy Redis that is down costs one refused dial, not five with backoff
 		DisableIdentity:       true, // no CLIENT SETINFO: one command less per connection, and older Redis refuse it
 	}
 	if b.cfg.Dialer != nil {

@@ -13,7 +13,7 @@ import (
 // status is the cutover's progress as the status loop last saw it, and
 // the migration's counters. Safe for concurrent use.
 type status struct {
-	up          atomic.Bool  // the last CLIENT LIST succeeded
+	state       atomic.Int32 // stateUnknown until the first read, then stateUp or stateDown
 	clients     atomic.Int64 // other clients of the legacy Redis; -1 until first read
 	lastCommand atomic.Int64 // Unix ms of the last command a direct client ran; 0: none seen
 	polled      atomic.Int64 // Unix ms of the last successful read
@@ -26,7 +26,16 @@ type status struct {
 	undoFailed    atomic.Int64 // undos that failed (the key stays until its TTL)
 }
 
+const (
+	stateUnknown int32 = iota
+	stateUp            // the last CLIENT LIST succeeded
+	stateDown
+)
+
 func (s *status) init() { s.clients.Store(-1) }
+
+// up reports whether the last read of CLIENT LIST succeeded.
+func (s *status) up() bool { return s.state.Load() == stateUp }
 
 // statusLoop reads the legacy Redis's CLIENT LIST every StatusInterval
 // until Close.
@@ -57,12 +66,12 @@ func (b *Backend) poll() {
 	}()
 	list, err := b.client(0).ClientList(ctx).Result()
 	if err != nil {
-		if b.st.up.Swap(false) {
+		if b.st.state.Swap(stateDown) != stateDown { // logged once per outage, and at start
 			b.cfg.Logger.Warn("migrate: the legacy Redis does not answer", "legacy", MaskURL(b.cfg.URL), "err", err)
 		}
 		return
 	}
-	if !b.st.up.Swap(true) {
+	if b.st.state.Swap(stateUp) != stateUp {
 		b.cfg.Logger.Info("migrate: the legacy Redis answers", "legacy", MaskURL(b.cfg.URL))
 	}
 	now := time.Now()
@@ -115,7 +124,7 @@ func (b *Backend) InfoLines() []string {
 		lines = r.InfoLines()
 	}
 	up := "0"
-	if b.st.up.Load() {
+	if b.st.up() {
 		up = "1"
 	}
 	lines = append(lines,
@@ -191,7 +200,7 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 		c.Collect(ch)
 	}
 	up := 0.0
-	if b.st.up.Load() {
+	if b.st.up() {
 		up = 1
 	}
 	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
