@@ -135,8 +135,9 @@ type Backend struct {
 	cfg    Config
 	legacy Legacy
 
-	mu      sync.Mutex
-	clients [16]*redis.Client // by database, made on first use
+	mu       sync.Mutex
+	clients  [16]*redis.Client // by database, made on first use
+	releases luascripts.Releases
 
 	st    status
 	stop  chan struct{}
