@@ -421,7 +421,6 @@ func connError(err error) bool {
 	return true
 }
 
-
 // deadlineParam converts a deadline (Unix ms, 0 for none) to the
 // deadline_ms parameter. Deadlines are kept in milliseconds because Redis
 // allows them up to 2^63-1 ms, far beyond timestamptz; expires_at is the

@@ -15,17 +15,23 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
 // clientTargets runs f against a real redis-server (which proves the test
 // itself), against lockproxy on the memory backend, and against lockproxy on
-// the quorum backend over three real redis-servers, and the postgres
-// backend in each strategy.
+// the quorum backend over three real redis-servers, the postgres backend
+// in each strategy, and lockproxy migrating from a legacy redis-server
+// (memory backend, every lock taken in both: SPEC §8).
 func clientTargets(t *testing.T, f func(t *testing.T, addr string)) {
 	t.Helper()
 	t.Run("redis", func(t *testing.T) { f(t, testsrv.StartRedis(t).Addr) })
 	t.Run("lockproxy", func(t *testing.T) { f(t, testsrv.StartMemoryProxy(t)) })
+	t.Run("migrating", func(t *testing.T) {
+		addr, _, _ := testsrv.StartMigratingProxy(t, "memory", memory.New(memory.Config{}))
+		f(t, addr)
+	})
 	t.Run("quorum3", func(t *testing.T) {
 		addr, _ := testsrv.StartQuorumProxy(t, 3)
 		f(t, addr)

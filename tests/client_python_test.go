@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
@@ -27,6 +28,10 @@ func TestRedisPyLock(t *testing.T) {
 	t.Parallel()
 	t.Run("redis", func(t *testing.T) { clientPython(t, "redis_py_lock.py", testsrv.StartRedis(t).Addr) })
 	t.Run("lockproxy", func(t *testing.T) { clientPython(t, "redis_py_lock.py", testsrv.StartMemoryProxy(t)) })
+	t.Run("migrating", func(t *testing.T) {
+		addr, _, _ := testsrv.StartMigratingProxy(t, "memory", memory.New(memory.Config{}))
+		clientPython(t, "redis_py_lock.py", addr)
+	})
 	t.Run("quorum3", func(t *testing.T) {
 		addr, _ := testsrv.StartQuorumProxy(t, 3)
 		clientPython(t, "redis_py_lock.py", addr)

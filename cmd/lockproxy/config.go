@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/migrate"
 	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
@@ -38,6 +39,8 @@ type Config struct {
 	ScriptTimeLimit  string   `yaml:"script-time-limit"`
 	IdleTimeout      string   `yaml:"idle-timeout"`
 	Passthrough      string   `yaml:"passthrough"`
+	MigrateFrom      string   `yaml:"migrate-from"`
+	MigrateTimeout   string   `yaml:"migrate-timeout"`
 
 	TLSCertFile         string `yaml:"tls-cert-file"`
 	TLSKeyFile          string `yaml:"tls-key-file"`
@@ -54,6 +57,7 @@ func defaults() Config {
 		AdminListen: "127.0.0.1:9121", ProtectedMode: true, LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
 		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms", IdleTimeout: "0s",
+		MigrateTimeout: "50ms",
 	}
 }
 
@@ -141,6 +145,11 @@ func (c Config) validate() []string {
 	if _, err := c.upstream(); err != nil {
 		add("passthrough", err.Error(), "e.g. redis://cache.internal:6379 or rediss://user:pass@host:6380; clients' SELECT picks the database")
 	}
+	if c.MigrateFrom != "" {
+		if _, err := migrate.ParseURL(c.MigrateFrom); err != nil {
+			add("migrate-from", err.Error(), "the legacy Redis the applications use today, e.g. redis://redis.internal:6379 or rediss://user:pass@host:6380")
+		}
+	}
 	switch c.Backend {
 	case "memory":
 	case "quorum":
@@ -199,7 +208,7 @@ func (c Config) validate() []string {
 	if c.MaxScriptBytes < 1024 {
 		add("max-script-bytes", fmt.Sprintf("%d is below 1024", c.MaxScriptBytes), "e.g. 1048576")
 	}
-	for key, v := range map[string]string{"shutdown-timeout": c.ShutdownTimeout, "script-time-limit": c.ScriptTimeLimit, "quorum-node-timeout": c.QuorumTimeout} {
+	for key, v := range map[string]string{"shutdown-timeout": c.ShutdownTimeout, "script-time-limit": c.ScriptTimeLimit, "quorum-node-timeout": c.QuorumTimeout, "migrate-timeout": c.MigrateTimeout} {
 		if d, err := parseDuration(v); err != nil || d <= 0 {
 			add(key, fmt.Sprintf("%q is not a positive duration", v), "e.g. 10s or 500ms")
 		}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/migrate"
 	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/quorum"
@@ -95,6 +96,20 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if cfg.MigrateFrom != "" {
+		// go-redis's own lines (one per failed dial of the legacy Redis)
+		// reach the log through redisLog, at debug: failures are counted in
+		// lockproxy_migration_legacy_errors_total and answered TRYAGAIN.
+		mt, _ := parseDuration(cfg.MigrateTimeout)
+		m, err := migrate.New(b, migrate.Config{URL: cfg.MigrateFrom, Timeout: mt, Logger: log,
+			Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})})
+		if err != nil {
+			b.Close(context.Background())
+			return err
+		}
+		b = m
+		warnings = append(warnings, "migrating: every lock is also taken in "+migrate.MaskURL(cfg.MigrateFrom)+"; remove migrate-from once no client uses it directly (INFO lockproxy_migration_legacy_clients)")
+	}
 	defer b.Close(context.Background())
 	if cfg.open() {
 		warnings = append(warnings, "protected-mode is off: clients from the network are served without a password")
@@ -140,7 +155,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		start = append(start, "postgres_strategy", cfg.PostgresStrategy, "postgres_dsn", maskDSN(cfg.PostgresDSN))
 	}
 	start = append(start, "requirepass", cfg.RequirePass != "", "users", cfg.Users.names(),
-		"passthrough", maskURL(cfg.Passthrough), "tls", tlsCfg != nil, "client_certs", cfg.TLSCACertFile != "",
+		"passthrough", maskURL(cfg.Passthrough), "migrate_from", migrate.MaskURL(cfg.MigrateFrom), "tls", tlsCfg != nil, "client_certs", cfg.TLSCACertFile != "",
 		"warnings", strings.Join(warnings, "; "))
 	log.Info("lockproxy started", start...)
 

@@ -53,7 +53,20 @@ func TestBinaryQuorum(t *testing.T) {
 	runBinary(t, []string{"--backend", "quorum", "--quorum-nodes", strings.Join(nodes, ",")}, "backend=quorum", "appendonly no")
 }
 
-func runBinary(t *testing.T, extra []string, wantLog ...string) {
+// TestBinaryMigrate runs the binary with --migrate-from a legacy Redis
+// that needs a password: the lock cycle works through both, and the start
+// line names the legacy Redis with its password masked.
+func TestBinaryMigrate(t *testing.T) {
+	legacy := testsrv.StartRedis(t, "--user", "default", "off", "--user", testsrv.ProbeUser, "on", ">"+testsrv.ProbeUser, "+@all",
+		"--user", "app", "on", ">sekret", "~*", "+@all")
+	logs := runBinary(t, []string{"--migrate-from", "redis://app:sekret@" + legacy.Addr},
+		"backend=memory", "migrate_from=redis://app:xxxxx@"+legacy.Addr, "migrating: every lock is also taken in")
+	if strings.Contains(logs, "sekret") {
+		t.Errorf("the log shows the legacy password:\n%s", logs)
+	}
+}
+
+func runBinary(t *testing.T, extra []string, wantLog ...string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "lockproxy")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -126,6 +139,7 @@ func runBinary(t *testing.T, extra []string, wantLog ...string) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
+	return logs.String()
 }
 
 // TestJSONLogsWithNodeDown: under --log-format json every line lockproxy

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/migrate"
 	"github.com/lockproxy/lockproxy/pgbridge"
 	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/proxy/backend"
@@ -80,4 +81,19 @@ func StartPostgresProxy(t testing.TB, strategy string) (string, string) {
 		t.Fatalf("pgbridge: %v", err)
 	}
 	return StartLockproxy(t, proxy.Config{BackendName: "postgres"}, b), dsn
+}
+
+// StartMigratingProxy starts a legacy redis-server and serves inner
+// wrapped by a migrate.Backend that takes every lock in both (SPEC §8);
+// it returns the proxy's address, the legacy Redis and the wrapper. The
+// legacy timeout is generous (the suite shares two cores under -race) and
+// the status is read every 50ms, so tests see a change quickly.
+func StartMigratingProxy(t testing.TB, name string, inner backend.Backend) (string, *Redis, *migrate.Backend) {
+	t.Helper()
+	legacy := StartRedis(t)
+	b, err := migrate.New(inner, migrate.Config{URL: "redis://" + legacy.Addr, Timeout: time.Second, StatusInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return StartLockproxy(t, proxy.Config{BackendName: name}, b), legacy, b
 }

@@ -1,0 +1,382 @@
+package migrate_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/migrate"
+	"github.com/lockproxy/lockproxy/proxy"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// rig is a migrating lockproxy over a memory backend: c talks to lockproxy,
+// legacy directly to the legacy Redis, inner is the memory backend itself.
+type rig struct {
+	c, legacy *redis.Client
+	inner     *memory.Backend
+	redis     *testsrv.Redis
+	addr      string
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	inner := memory.New(memory.Config{})
+	addr, lr, _ := testsrv.StartMigratingProxy(t, "memory", inner)
+	r := &rig{inner: inner, redis: lr, addr: addr,
+		c:      redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}),
+		legacy: redis.NewClient(&redis.Options{Addr: lr.Addr, MaxRetries: -1}),
+	}
+	t.Cleanup(func() { r.c.Close(); r.legacy.Close() })
+	return r
+}
+
+// innerGet reads key straight from the memory backend.
+func (r *rig) innerGet(t *testing.T, key string) string {
+	t.Helper()
+	tok, ok, err := r.inner.Get(t.Context(), 0, key)
+	if err != nil {
+		t.Fatalf("inner GET %s: %v", key, err)
+	}
+	if !ok {
+		return "(nil)"
+	}
+	return string(tok)
+}
+
+// legacyGet reads key straight from the legacy Redis.
+func (r *rig) legacyGet(t *testing.T, key string) string {
+	t.Helper()
+	v, err := r.legacy.Get(t.Context(), key).Result()
+	if err == redis.Nil {
+		return "(nil)"
+	}
+	if err != nil {
+		t.Fatalf("legacy GET %s: %v", key, err)
+	}
+	return v
+}
+
+func script(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "tests", "testdata", "scripts", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestMigrateSetNX(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+
+	// Held directly on the legacy Redis: refused through lockproxy, nothing
+	// left in the backend.
+	if err := r.legacy.Set(ctx, "a", "direct", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.c.SetNX(ctx, "a", "proxied", time.Minute).Result(); err != nil || ok {
+		t.Fatalf("SET a NX through lockproxy = %v, %v; want refused", ok, err)
+	}
+	if got := r.innerGet(t, "a"); got != "(nil)" {
+		t.Errorf("backend a = %s after a refused acquire; want nothing", got)
+	}
+
+	// Held through lockproxy: refused directly on the legacy Redis; both
+	// sides hold the token.
+	if ok, err := r.c.SetNX(ctx, "b", "proxied", time.Minute).Result(); err != nil || !ok {
+		t.Fatalf("SET b NX through lockproxy = %v, %v; want OK", ok, err)
+	}
+	if ok, err := r.legacy.SetNX(ctx, "b", "direct", time.Minute).Result(); err != nil || ok {
+		t.Fatalf("SET b NX on legacy = %v, %v; want refused", ok, err)
+	}
+	if l, i := r.legacyGet(t, "b"), r.innerGet(t, "b"); l != "proxied" || i != "proxied" {
+		t.Errorf("b = legacy %s, backend %s; want proxied on both", l, i)
+	}
+	if ttl, err := r.legacy.PTTL(ctx, "b").Result(); err != nil || ttl <= 0 {
+		t.Errorf("legacy PTTL b = %v, %v; want the TTL", ttl, err)
+	}
+
+	// Held in the backend only: refused, and the legacy Redis keeps no
+	// leftover of the partial grant.
+	if _, err := r.inner.Set(ctx, 0, "c", []byte("other"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.c.SetNX(ctx, "c", "proxied", time.Minute).Result(); err != nil || ok {
+		t.Fatalf("SET c NX = %v, %v; want refused", ok, err)
+	}
+	if got := r.legacyGet(t, "c"); got != "(nil)" {
+		t.Errorf("legacy c = %s after the backend refused; want the partial grant undone", got)
+	}
+
+	// NX GET answers the refusing side's previous value.
+	if v, err := r.c.Do(ctx, "set", "a", "x", "nx", "get").Result(); err != nil || v != "direct" {
+		t.Errorf("SET a x NX GET = %v, %v; want direct", v, err)
+	}
+	// MSETNX is an acquire of all its keys.
+	if ok, err := r.c.MSetNX(ctx, "m1", "t", "a", "t").Result(); err != nil || ok {
+		t.Errorf("MSETNX m1 a = %v, %v; want refused", ok, err)
+	}
+	if got := r.legacyGet(t, "m1"); got != "(nil)" {
+		t.Errorf("legacy m1 = %s; want nothing", got)
+	}
+
+	// Release and extend act on both: a lock taken directly on the legacy
+	// Redis is released through lockproxy, owner checked.
+	if n, err := r.c.Do(ctx, "delifeq", "a", "wrong").Int64(); err != nil || n != 0 {
+		t.Errorf("DELIFEQ a wrong = %d, %v; want 0", n, err)
+	}
+	if ok, err := r.c.PExpire(ctx, "a", 2*time.Minute).Result(); err != nil || !ok {
+		t.Errorf("PEXPIRE a = %v, %v; want extended on the legacy Redis", ok, err)
+	}
+	if v, err := r.c.Get(ctx, "a").Result(); err != nil || v != "direct" {
+		t.Errorf("GET a = %v, %v; want the legacy value", v, err)
+	}
+	if ttl, err := r.c.PTTL(ctx, "a").Result(); err != nil || ttl <= time.Minute {
+		t.Errorf("PTTL a = %v, %v; want the legacy TTL, extended", ttl, err)
+	}
+	if n, err := r.c.Do(ctx, "delifeq", "a", "direct").Int64(); err != nil || n != 1 {
+		t.Errorf("DELIFEQ a direct = %d, %v; want 1", n, err)
+	}
+	if n, err := r.c.Del(ctx, "b", "a", "b").Result(); err != nil || n != 1 {
+		t.Errorf("DEL b a b = %d, %v; want 1", n, err)
+	}
+	if l, i := r.legacyGet(t, "b"), r.innerGet(t, "b"); l != "(nil)" || i != "(nil)" {
+		t.Errorf("b = legacy %s, backend %s after DEL; want gone from both", l, i)
+	}
+}
+
+func TestMigrateScripts(t *testing.T) {
+	cases := []struct {
+		name, file string
+		args       func(tok string) []any
+		granted    func(v any) bool
+		release    string
+		released   any
+	}{
+		{"redlock4", "redlock4-acquire.lua", func(tok string) []any { return []any{tok, 60000} },
+			func(v any) bool { return v == int64(1) }, "redlock4-release.lua", int64(1)},
+		{"redislock", "redislock-obtain.lua", func(tok string) []any { return []any{tok, len(tok), 60000} },
+			func(v any) bool { return v == "OK" }, "redislock-release.lua", "OK"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			ctx := t.Context()
+			acquire := redis.NewScript(script(t, tc.file))
+			release := redis.NewScript(script(t, tc.release))
+			run := func(s *redis.Script, c *redis.Client, key string, args []any) any {
+				t.Helper()
+				v, err := s.Run(ctx, c, []string{key}, args...).Result()
+				if err != nil && err != redis.Nil {
+					t.Fatalf("%s %s: %v", tc.name, key, err)
+				}
+				return v
+			}
+			// Held on the legacy Redis: refused through lockproxy, backend untouched.
+			if v := run(acquire, r.legacy, "a", tc.args("direct-token-1")); !tc.granted(v) {
+				t.Fatalf("direct acquire = %v; want granted", v)
+			}
+			if v := run(acquire, r.c, "a", tc.args("proxy-token-22")); tc.granted(v) {
+				t.Errorf("acquire of a held on legacy = %v; want refused", v)
+			}
+			if got := r.innerGet(t, "a"); got != "(nil)" {
+				t.Errorf("backend a = %s; want nothing", got)
+			}
+			// Held through lockproxy: refused directly on the legacy Redis.
+			if v := run(acquire, r.c, "b", tc.args("proxy-token-22")); !tc.granted(v) {
+				t.Fatalf("acquire through lockproxy = %v; want granted", v)
+			}
+			if v := run(acquire, r.legacy, "b", tc.args("direct-token-1")); tc.granted(v) {
+				t.Errorf("direct acquire of b held through lockproxy = %v; want refused", v)
+			}
+			// Held in the backend only: refused, no leftover on the legacy Redis.
+			r.inner.Set(ctx, 0, "c", []byte("other-token-333"), backend.SetOptions{Cond: backend.IfAbsent})
+			if v := run(acquire, r.c, "c", tc.args("proxy-token-22")); tc.granted(v) {
+				t.Errorf("acquire of c held in the backend = %v; want refused", v)
+			}
+			if got := r.legacyGet(t, "c"); got != "(nil)" {
+				t.Errorf("legacy c = %s; want the partial grant undone", got)
+			}
+			// The lock taken directly on the legacy Redis is released
+			// through lockproxy with the library's own script and reply.
+			if v := run(release, r.c, "a", []any{"direct-token-1"}); v != tc.released {
+				t.Errorf("release of a through lockproxy = %v; want %v", v, tc.released)
+			}
+			if got := r.legacyGet(t, "a"); got != "(nil)" {
+				t.Errorf("legacy a = %s after release; want gone", got)
+			}
+			if v := run(release, r.c, "b", []any{"proxy-token-22"}); v != tc.released {
+				t.Errorf("release of b = %v; want %v", v, tc.released)
+			}
+			if l, i := r.legacyGet(t, "b"), r.innerGet(t, "b"); l != "(nil)" || i != "(nil)" {
+				t.Errorf("b = legacy %s, backend %s after release; want gone", l, i)
+			}
+		})
+	}
+}
+
+func TestMigrateExtendScript(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	extend := redis.NewScript(script(t, "redis-py-extend.lua"))
+	if err := r.legacy.Set(ctx, "a", "tok", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// redis-py's extend: KEYS[1], ARGV = token, additional ms, replace flag.
+	if v, err := extend.Run(ctx, r.c, []string{"a"}, "tok", 60000, "1").Result(); err != nil || v != int64(1) {
+		t.Fatalf("extend through lockproxy = %v, %v; want 1", v, err)
+	}
+	if ttl, err := r.legacy.PTTL(ctx, "a").Result(); err != nil || ttl <= 10*time.Second {
+		t.Errorf("legacy PTTL a = %v, %v; want extended", ttl, err)
+	}
+	if v, err := extend.Run(ctx, r.c, []string{"a"}, "not-mine", 60000, "1").Result(); err != nil || v != int64(0) {
+		t.Errorf("extend with another token = %v, %v; want 0", v, err)
+	}
+}
+
+func TestMigrateTransaction(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	tx := func(key, tok string) []redis.Cmder {
+		cmds, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.SetNX(ctx, key, tok, 0)
+			p.Expire(ctx, key, time.Minute)
+			return nil
+		})
+		if err != nil && err != redis.Nil {
+			t.Fatalf("MULTI SETNX EXPIRE EXEC: %v", err)
+		}
+		return cmds
+	}
+	r.legacy.Set(ctx, "a", "direct", time.Minute)
+	if cmds := tx("a", "mine"); cmds[0].(*redis.BoolCmd).Val() {
+		t.Errorf("SETNX a in MULTI = true; want refused (held on legacy)")
+	}
+	if got := r.innerGet(t, "a"); got != "(nil)" {
+		t.Errorf("backend a = %s; want nothing", got)
+	}
+	if cmds := tx("b", "mine"); !cmds[0].(*redis.BoolCmd).Val() {
+		t.Errorf("SETNX b in MULTI = false; want granted")
+	}
+	if l, i := r.legacyGet(t, "b"), r.innerGet(t, "b"); l != "mine" || i != "mine" {
+		t.Errorf("b = legacy %s, backend %s; want mine on both", l, i)
+	}
+}
+
+func TestMigrateLegacyKilled(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	acquire := redis.NewScript(script(t, "redlock4-acquire.lua"))
+	r.redis.Kill()
+	for i := range 5 {
+		key := "k" + string(rune('0'+i))
+		if ok, err := r.c.SetNX(ctx, key, "t", time.Minute).Result(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			t.Errorf("SET NX with the legacy Redis down = %v, %v; want TRYAGAIN", ok, err)
+		}
+		if v, err := acquire.Run(ctx, r.c, []string{key}, "t", 60000).Result(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			t.Errorf("redlock acquire with the legacy Redis down = %v, %v; want TRYAGAIN", v, err)
+		}
+		if v, err := r.c.Get(ctx, key).Result(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			t.Errorf("GET of a key the backend lacks with the legacy Redis down = %v, %v; want TRYAGAIN", v, err)
+		}
+	}
+	if got := r.innerGet(t, "k0"); got != "(nil)" {
+		t.Errorf("backend k0 = %s; want nothing granted while the legacy Redis was down", got)
+	}
+	r.redis.Restart()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok, err := r.c.SetNX(ctx, "after", "t", time.Minute).Result()
+		if err == nil && ok {
+			break
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") || time.Now().After(deadline) {
+			t.Fatalf("SET NX after the legacy Redis came back = %v, %v; want OK (TRYAGAIN meanwhile)", ok, err)
+		}
+	}
+	if got := r.legacyGet(t, "after"); got != "t" {
+		t.Errorf("legacy after = %s; want t", got)
+	}
+}
+
+// infoField reads one field of INFO lockproxy.
+func infoField(ctx context.Context, c *redis.Client, field string) string {
+	info, err := c.Info(ctx, "lockproxy").Result()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return "(missing)"
+}
+
+func TestMigrateDirectClients(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	r.legacy.Close() // the rig's own direct client must not count
+	await := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := infoField(ctx, r.c, "lockproxy_migration_legacy_clients")
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("lockproxy_migration_legacy_clients = %s; want %s", got, want)
+			}
+			time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+		}
+	}
+	// lockproxy's own connections (made by traffic through it) do not count.
+	r.c.SetNX(ctx, "k", "v", time.Minute)
+	await("0")
+	direct := redis.NewClient(&redis.Options{Addr: r.redis.Addr})
+	if err := direct.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	await("1")
+	if got := infoField(ctx, r.c, "lockproxy_migration_seconds_since_direct_command"); got == "-1" {
+		t.Errorf("seconds since the last direct command = %s; want a time", got)
+	}
+	if got := infoField(ctx, r.c, "lockproxy_migrate_from"); got != "redis://"+r.redis.Addr {
+		t.Errorf("lockproxy_migrate_from = %s", got)
+	}
+	direct.Close()
+	await("0")
+}
+
+// TestMigrateTLS takes locks in a legacy Redis that speaks only TLS
+// (rediss://, verified against the test CA, with a client certificate).
+func TestMigrateTLS(t *testing.T) {
+	f := testsrv.NewTLSFiles(t)
+	port := strconv.Itoa(testsrv.FreePort(t))
+	testsrv.StartRedis(t, "--tls-port", port, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-ca-cert-file", f.CA)
+	b, err := migrate.New(memory.New(memory.Config{}), migrate.Config{URL: "rediss://127.0.0.1:" + port, Timeout: time.Second, TLS: f.ClientConfig(t, true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: testsrv.StartLockproxy(t, proxy.Config{}, b), MaxRetries: -1})
+	defer c.Close()
+	ctx := t.Context()
+	if ok, err := c.SetNX(ctx, "k", "tok", time.Minute).Result(); err != nil || !ok {
+		t.Fatalf("SET NX through a TLS legacy Redis = %v, %v; want OK", ok, err)
+	}
+	legacy := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, TLSConfig: f.ClientConfig(t, true)})
+	defer legacy.Close()
+	if v, err := legacy.Get(ctx, "k").Result(); err != nil || v != "tok" {
+		t.Errorf("legacy GET k = %q, %v; want tok", v, err)
+	}
+}
