@@ -180,6 +180,15 @@ func appendRow(t *testing.T, n nemesis, rep *lockcheck.Report) {
 	}
 }
 
+// faultRan fails the test when the fault never completed a cycle: a run
+// with no fault proves nothing about it.
+func faultRan(t *testing.T, cycles int) {
+	t.Helper()
+	if cycles == 0 {
+		t.Error("the fault never completed a cycle: the run is too short to judge it")
+	}
+}
+
 // pause waits d, or until ctx ends; it reports whether the whole of d passed.
 // Faults use it to pace themselves (their schedule, not a synchronisation).
 func pause(ctx context.Context, d time.Duration) bool {

@@ -69,6 +69,7 @@ func (nn *netNodes) removeToxic(ctx context.Context, t *testing.T, i int, name s
 func TestSlowNode(t *testing.T) {
 	nn := startNetNodes(t, 3)
 	lp := startQuorumBinary(t, nn.addrs())
+	cycles := 0
 	runNemesis(t, nemesis{Name: "latency 600ms (> TTL) on one node", Backend: "quorum", Client: "goredis", Addrs: []string{lp.Addr}},
 		func(ctx context.Context) {
 			for i := 0; pause(ctx, 200*time.Millisecond); i++ {
@@ -78,8 +79,10 @@ func TestSlowNode(t *testing.T) {
 				pause(ctx, 1200*time.Millisecond)
 				nn.removeToxic(ctx, t, n, "up")
 				nn.removeToxic(ctx, t, n, "down")
+				cycles++
 			}
 		})
+	faultRan(t, cycles)
 }
 
 // TestPartitionOneNode: one node at a time is cut off: first a black hole
@@ -88,6 +91,7 @@ func TestSlowNode(t *testing.T) {
 func TestPartitionOneNode(t *testing.T) {
 	nn := startNetNodes(t, 3)
 	lp := startQuorumBinary(t, nn.addrs())
+	cycles := 0
 	runNemesis(t, nemesis{Name: "minority partition (black hole, then cut)", Backend: "quorum", Client: "redislock", Addrs: []string{lp.Addr}},
 		func(ctx context.Context) {
 			for i := 0; pause(ctx, 300*time.Millisecond); i++ {
@@ -102,6 +106,8 @@ func TestPartitionOneNode(t *testing.T) {
 				if err := nn.proxies[n].Start(); err != nil {
 					t.Errorf("heal node %d: %v", n, err)
 				}
+				cycles++
 			}
 		})
+	faultRan(t, cycles)
 }

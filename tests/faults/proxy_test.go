@@ -34,14 +34,17 @@ func (r *restartable) start(t *testing.T, nodeAddrs []string) {
 func TestKillLockproxy(t *testing.T) {
 	nodes := quorumNodes(t, 3)
 	lp := &restartable{b: startQuorumBinary(t, addrs(nodes))}
+	cycles := 0
 	runNemesis(t, nemesis{Name: "kill -9 lockproxy, restart on the same port", Backend: "quorum", Client: "goredis", Addrs: []string{lp.b.Addr}},
 		func(ctx context.Context) {
 			for pause(ctx, 600*time.Millisecond) {
 				lp.kill(t)
 				pause(ctx, 50*time.Millisecond)
 				lp.start(t, addrs(nodes))
+				cycles++
 			}
 		})
+	faultRan(t, cycles)
 }
 
 // TestTwoLockproxies: two lockproxy instances in front of the same nodes,
@@ -53,6 +56,7 @@ func TestTwoLockproxies(t *testing.T) {
 	a := startQuorumBinary(t, addrs(nodes))
 	b := &restartable{b: startQuorumBinary(t, addrs(nodes))}
 	d := runDuration(t)
+	cycles := 0
 	runNemesis(t, nemesis{Name: "two lockproxies, one killed and restarted", Backend: "quorum", Client: "redsync", Addrs: []string{a.Addr, b.b.Addr}},
 		func(ctx context.Context) {
 			if !pause(ctx, d/3) {
@@ -61,5 +65,7 @@ func TestTwoLockproxies(t *testing.T) {
 			b.kill(t)
 			pause(ctx, d/3)
 			b.start(t, addrs(nodes))
+			cycles++
 		})
+	faultRan(t, cycles)
 }
