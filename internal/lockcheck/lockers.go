@@ -143,7 +143,9 @@ func NewRedislockLocker(addr string) *RedislockLocker {
 func (l *RedislockLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	lk, err := l.rl.Obtain(ctx, key, ttl, &redislock.Options{Token: token, RetryStrategy: redislock.NoRetry()})
 	switch {
-	case errors.Is(err, redislock.ErrNotObtained) && ctx.Err() == nil:
+	case errors.Is(err, redislock.ErrNotObtained):
+		// with NoRetry this is only ever the script's nil: held by another
+		// (a failed request is returned as its own error)
 		return false, nil
 	case err != nil:
 		return false, err
