@@ -104,12 +104,12 @@ func TestPauseTwoNodes(t *testing.T) {
 // it. This is the nemesis that catches a missing quarantine (with
 // quarantinedAt forced to false it found violations within 5s); the
 // quarantine keeps restarted nodes out of votes most of the time, so it
-// asks for fewer grants than the others.
+// asks for fewer grants than the others (37–73 in 5s seen; it asks for 10).
 func TestRollingRestarts(t *testing.T) {
 	nodes, lp := quorumRun(t)
 	cycles := 0
 	runNemesis(t, nemesis{Name: "rolling kill -9 + restart empty, a node every 20ms for 600ms", Backend: "quorum", Client: "goredis", Addrs: []string{lp.Addr},
-		Workers: 16, Keys: 8, TTL: time.Second, Hold: 300 * time.Millisecond, MinGrants: 20},
+		Workers: 16, Keys: 8, TTL: time.Second, Hold: 300 * time.Millisecond, MinGrants: 10},
 		func(ctx context.Context) {
 			for i := 0; pause(ctx, 1200*time.Millisecond); {
 				for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end) && pause(ctx, 20*time.Millisecond); i++ {
