@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,6 +67,33 @@ func TestTwoLockproxies(t *testing.T) {
 			pause(ctx, d/3)
 			b.start(t, addrs(nodes))
 			cycles++
+		})
+	faultRan(t, cycles)
+}
+
+// TestPauseLockproxy: lockproxy itself is frozen with SIGSTOP for 300ms
+// (a long GC pause or a descheduled VM) and continued, over and over:
+// requests queue in its sockets and are served late; replies written before
+// the pause reach clients after it.
+func TestPauseLockproxy(t *testing.T) {
+	nodes := quorumNodes(t, 3)
+	lp := startQuorumBinary(t, addrs(nodes))
+	cycles := 0
+	runNemesis(t, nemesis{Name: "SIGSTOP lockproxy (300ms), SIGCONT", Backend: "quorum", Client: "goredis", Addrs: []string{lp.Addr}},
+		func(ctx context.Context) {
+			defer syscall.Kill(lp.Pid(), syscall.SIGCONT)
+			for pause(ctx, 400*time.Millisecond) {
+				if err := syscall.Kill(lp.Pid(), syscall.SIGSTOP); err != nil {
+					t.Errorf("SIGSTOP lockproxy: %v", err)
+					return
+				}
+				pause(ctx, 300*time.Millisecond)
+				if err := syscall.Kill(lp.Pid(), syscall.SIGCONT); err != nil {
+					t.Errorf("SIGCONT lockproxy: %v", err)
+					return
+				}
+				cycles++
+			}
 		})
 	faultRan(t, cycles)
 }
