@@ -121,7 +121,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
 		defer cancel()
 	}
-	r := &run{cfg: cfg, errs: newErrCounts(), relErrs: newErrCounts()}
+	r := &run{runID: strconv.FormatUint(rand.Uint64(), 36), cfg: cfg, errs: newErrCounts(), relErrs: newErrCounts()}
 	lockers := make([]Locker, cfg.Workers)
 	for i := range lockers {
 		lockers[i] = cfg.NewLocker(i)
@@ -158,6 +158,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // run is the state the workers of one Run share.
 type run struct {
+	runID                             string // in every token: runs against one server never share a token
 	cfg                               Config
 	start                             time.Time
 	attempts, grants, contended, late atomic.Int64
@@ -193,7 +194,7 @@ func (w *worker) loop(ctx context.Context) []Interval {
 func (w *worker) attempt(ctx context.Context) (Interval, bool) {
 	key := w.cfg.Prefix + strconv.Itoa(w.rng.IntN(w.cfg.Keys))
 	w.seq++
-	token := "w" + strconv.Itoa(w.id) + "-" + strconv.Itoa(w.seq)
+	token := "w" + strconv.Itoa(w.id) + "-" + strconv.Itoa(w.seq) + "-" + w.runID
 	opCtx := context.WithoutCancel(ctx) // the run's end must not cut an operation in half
 
 	sent := time.Since(w.start)

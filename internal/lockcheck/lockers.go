@@ -34,8 +34,7 @@ var releaseScript = redis.NewScript(`if redis.call("get",KEYS[1]) == ARGV[1] the
 
 // GoRedisLocker acquires with SET key token NX PX ttl and releases with the
 // compare-and-delete script (EVALSHA, EVAL on NOSCRIPT), through go-redis v9.
-// It is not safe for concurrent use by several workers' histories (one per
-// worker), though the client itself is.
+// It is safe for concurrent use; Run gives each worker its own.
 type GoRedisLocker struct{ C *redis.Client }
 
 // NewGoRedisLocker returns a GoRedisLocker talking to addr with ClientOptions.
@@ -66,8 +65,8 @@ func (l *GoRedisLocker) Close() error { return l.C.Close() }
 // RedsyncLocker is client-side Redlock from go-redsync/redsync v4 with one
 // pool: lockproxy is the one "node", so redsync's quorum is 1 and its own
 // validity check (elapsed + drift < TTL) applies on top of the service's.
-// Each Acquire is one try (WithTries(1)); a vote that did not get the lock
-// because it was taken reports contended.
+// Each Acquire is one try (WithTries(1)); "taken" reports contended. It
+// remembers the mutexes it holds and is not safe for concurrent use.
 type RedsyncLocker struct {
 	c    *redis.Client
 	rs   *redsync.Redsync
@@ -126,7 +125,8 @@ func (l *RedsyncLocker) Release(ctx context.Context, key, token string) error {
 func (l *RedsyncLocker) Close() error { return l.c.Close() }
 
 // RedislockLocker uses bsm/redislock v0.10 (its obtain and release Lua
-// scripts) with no retries and the worker's token.
+// scripts) with no retries and the worker's token. It remembers the locks it
+// holds and is not safe for concurrent use.
 type RedislockLocker struct {
 	c    *redis.Client
 	rl   *redislock.Client
@@ -143,7 +143,9 @@ func NewRedislockLocker(addr string) *RedislockLocker {
 func (l *RedislockLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	lk, err := l.rl.Obtain(ctx, key, ttl, &redislock.Options{Token: token, RetryStrategy: redislock.NoRetry()})
 	switch {
-	case errors.Is(err, redislock.ErrNotObtained) && ctx.Err() == nil:
+	case errors.Is(err, redislock.ErrNotObtained):
+		// with NoRetry this is only ever the script's nil: held by another
+		// (a failed request is returned as its own error)
 		return false, nil
 	case err != nil:
 		return false, err
