@@ -68,9 +68,15 @@ type nemesis struct {
 // runDuration is shortRun, or LOCKPROXY_SOAK when set.
 func runDuration(t *testing.T) time.Duration {
 	t.Helper()
+	return runDurationOr(t, shortRun)
+}
+
+// runDurationOr is short, or LOCKPROXY_SOAK when set.
+func runDurationOr(t *testing.T, short time.Duration) time.Duration {
+	t.Helper()
 	s := os.Getenv("LOCKPROXY_SOAK")
 	if s == "" {
-		return shortRun
+		return short
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {

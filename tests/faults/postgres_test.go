@@ -22,20 +22,6 @@ import (
 // contend, and PostgreSQL shut down with -m immediate and started again
 // under two lockproxy instances with the workers split across them.
 
-// pgSoak returns the run length: LOCKPROXY_SOAK when set (a long run), else
-// short.
-func pgSoak(t *testing.T, short time.Duration) time.Duration {
-	t.Helper()
-	if v := os.Getenv("LOCKPROXY_SOAK"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("LOCKPROXY_SOAK=%q: %v", v, err)
-		}
-		return d
-	}
-	return short
-}
-
 // pgCheck runs cfg's workload with go-redis lockers (SET NX PX and the
 // compare-and-delete release) spread over the instances at addrs.
 func pgCheck(t *testing.T, cfg lockcheck.Config, addrs ...string) *lockcheck.Report {
@@ -76,9 +62,10 @@ func pgCheckUntil(t *testing.T, cfg lockcheck.Config, minGrants int64, addrs ...
 
 // pgVerdict fails the test on a violation, and on a run too thin to mean
 // much (errors are allowed: TRYAGAIN while sessions or PostgreSQL are away).
-func pgVerdict(t *testing.T, name string, rep *lockcheck.Report, minGrants int64) {
+func pgVerdict(t *testing.T, name, strategy string, rep *lockcheck.Report, minGrants int64) {
 	t.Helper()
-	t.Logf("%s: %s", name, rep)
+	t.Logf("%s (%s): %s", name, strategy, rep)
+	appendRow(t, nemesis{Name: name, Backend: "postgres " + strategy, Client: "goredis"}, rep)
 	if len(rep.Violations) > 0 {
 		t.Errorf("%s: %d violations: two clients held one lock at once (worst overlap %v)", name, len(rep.Violations), rep.WorstOverlap)
 	}
@@ -152,10 +139,10 @@ func TestPostgresNemesisTerminate(t *testing.T) {
 			stop := make(chan struct{})
 			killed := pgTerminator(t, dsn, strategy, 300*time.Millisecond, stop)
 			rep := pgCheckUntil(t, lockcheck.Config{Workers: 8, Keys: 6, Prefix: "nemesis:", TTL: 500 * time.Millisecond,
-				Hold: 30 * time.Millisecond, Duration: pgSoak(t, 3*time.Second)}, 100, a, b)
+				Hold: 30 * time.Millisecond, Duration: runDurationOr(t, 3*time.Second)}, 100, a, b)
 			close(stop)
 			t.Logf("%d sessions terminated", killed.Load())
-			pgVerdict(t, strategy, rep, 100)
+			pgVerdict(t, "pg_terminate_backend of a session every 300ms", strategy, rep, 100)
 		})
 	}
 }
@@ -176,7 +163,7 @@ func TestPostgresNemesisRestart(t *testing.T) {
 			dsn := pg.NewDatabase(t)
 			a, b := pgInstance(t, dsn, strategy), pgInstance(t, dsn, strategy)
 			const longTTL = 4 * time.Second
-			d := pgSoak(t, 10*time.Second)
+			d := runDurationOr(t, 10*time.Second)
 			stop := make(chan struct{})
 			restarts := make(chan int, 1)
 			go func() {
@@ -216,8 +203,8 @@ func TestPostgresNemesisRestart(t *testing.T) {
 			wg.Wait()
 			close(stop)
 			t.Logf("%d restarts", <-restarts)
-			pgVerdict(t, strategy+" long holds", long, 3)
-			pgVerdict(t, strategy+" short holds", short, 50)
+			pgVerdict(t, "restart -m immediate, long holds (1-3s of a 4s TTL)", strategy, long, 3)
+			pgVerdict(t, "restart -m immediate, short holds", strategy, short, 50)
 		})
 	}
 }
