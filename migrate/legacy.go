@@ -159,17 +159,8 @@ func expireArgs(key string, e backend.Expiry, cond backend.ExpireCond) []any {
 	} else {
 		args = []any{"pexpire", key, e.TTL.Milliseconds()}
 	}
-	switch cond {
-	case backend.ExpireNX:
-		args = append(args, "nx")
-	case backend.ExpireXX:
-		args = append(args, "xx")
-	case backend.ExpireGT:
-		args = append(args, "gt")
-	case backend.ExpireLT:
-		args = append(args, "lt")
-	case backend.ExpireLTXX:
-		args = append(args, "xx", "lt")
+	for _, o := range cond.Options() {
+		args = append(args, o)
 	}
 	return args
 }

@@ -1,12 +1,10 @@
 package pgbridge_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +22,7 @@ func TestOutageLogged(t *testing.T) {
 		t.Run(strategy, func(t *testing.T) {
 			pg := testsrv.StartPostgres(t)
 			dsn := pg.NewDatabase(t)
-			var logs lockedBuffer
+			var logs testsrv.SyncBuffer
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			b, err := pgbridge.New(ctx, pgbridge.Config{DSN: dsn, Strategy: strategy,
@@ -86,22 +84,4 @@ func TestOutageLogged(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers and readers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

@@ -411,18 +411,7 @@ func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expi
 		args = []string{"pexpireat", key, strconv.FormatInt(e.At.UnixMilli(), 10)}
 		ttl = time.Until(e.At)
 	}
-	switch cond {
-	case backend.ExpireNX:
-		args = append(args, "nx")
-	case backend.ExpireXX:
-		args = append(args, "xx")
-	case backend.ExpireGT:
-		args = append(args, "gt")
-	case backend.ExpireLT:
-		args = append(args, "lt")
-	case backend.ExpireLTXX:
-		args = append(args, "lt", "xx")
-	}
+	args = append(args, cond.Options()...)
 	defer b.lockKeys(key)()
 	start := time.Now()
 	ok, err := b.voteBool(b.do(ctx, db, args...))

@@ -1,19 +1,17 @@
 package quorum_test
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
-	"github.com/lockproxy/lockproxy/quorum"
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
 func TestPersistenceWarnings(t *testing.T) {
@@ -80,7 +78,7 @@ func TestCheckFailsWithoutMajority(t *testing.T) {
 // quarantine is logged too.
 func TestRestartLoggedOnce(t *testing.T) {
 	nodes := startNodes(t, 3)
-	var logs lockedBuffer
+	var logs testsrv.SyncBuffer
 	b := newBackendCfg(t, quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout, CheckInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := t.Context()
@@ -100,22 +98,4 @@ func TestRestartLoggedOnce(t *testing.T) {
 	if n := strings.Count(logs.String(), "quorum node restarted"); n != 1 {
 		t.Errorf("the restart was logged %d times; want once:\n%s", n, logs.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers and readers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

@@ -32,7 +32,7 @@ type Binary struct {
 	Admin string // the admin listener, 127.0.0.1:port
 
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *SyncBuffer
 	exited chan struct{}
 	err    error // the exit status, once exited is closed
 }
@@ -53,7 +53,7 @@ func StartBinaryEnv(t testing.TB, bin string, env []string, args ...string) *Bin
 	b := &Binary{
 		Addr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))),
 		Admin: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))),
-		logs:  &syncBuffer{}, exited: make(chan struct{}),
+		logs:  &SyncBuffer{}, exited: make(chan struct{}),
 	}
 	b.cmd = exec.Command(bin, append([]string{"--listen", b.Addr, "--admin-listen", b.Admin}, args...)...)
 	for i := 0; i+1 < len(args); i++ { // a --listen or --admin-listen in args wins: dial that one
@@ -144,19 +144,20 @@ func RunLockproxy(t testing.TB, bin string, args ...string) (string, int) {
 	return "", -1
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent writers and readers:
+// a log that a test reads while the process or goroutines write it.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()

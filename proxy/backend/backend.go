@@ -128,6 +128,25 @@ const (
 	ExpireLTXX              // LT and XX together: only when the key has an expiry and the new one is sooner
 )
 
+// Options returns the options of EXPIRE and PEXPIRE that state c, as
+// Redis spells them (none for ExpireAlways), for a backend that sends the
+// command on.
+func (c ExpireCond) Options() []string {
+	switch c {
+	case ExpireNX:
+		return []string{"nx"}
+	case ExpireXX:
+		return []string{"xx"}
+	case ExpireGT:
+		return []string{"gt"}
+	case ExpireLT:
+		return []string{"lt"}
+	case ExpireLTXX:
+		return []string{"xx", "lt"}
+	}
+	return nil
+}
+
 // KV is one key and token of an MSET.
 type KV struct {
 	Key   string
