@@ -267,6 +267,15 @@ func (b *Backend) createSchema(ctx context.Context) error {
 			holder_pid integer     NOT NULL DEFAULT 0,
 			PRIMARY KEY (db, key))`,
 		"ALTER TABLE " + b.table + " SET " + persistence,
+		// For people: key and token as text (bytes outside printable ASCII
+		// as \ooo escapes), psql showing bytea in hex otherwise.
+		`DO $$ BEGIN
+			IF to_regclass('` + b.cfg.Schema + `.leases_text') IS NULL THEN
+				CREATE VIEW ` + b.cfg.Schema + `.leases_text AS SELECT db, encode(key, 'escape') AS key,
+					encode(token, 'escape') AS token, expires_at, holder, holder_pid, lock_id, deadline_ms
+				FROM ` + b.table + `;
+			END IF;
+		END $$`,
 	}
 	if b.cfg.Strategy == Advisory {
 		ddl = append(ddl, horizonDDL(b.cfg.Schema))
@@ -277,7 +286,7 @@ func (b *Backend) createSchema(ctx context.Context) error {
 			if errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "3D000") {
 				return fmt.Errorf("pgbridge: cannot create %s: %s (grant CREATE on the database, or create the schema and table as an owner)", b.table, pe.Message)
 			}
-			if errors.As(err, &pe) && pe.Code == "23505" { // a concurrent CREATE … IF NOT EXISTS by another instance
+			if errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07") { // a concurrent CREATE by another instance
 				continue
 			}
 			return fmt.Errorf("pgbridge: %s: %w", b.table, err)

@@ -333,3 +333,29 @@ func TestLeaseAfterSessionsEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasesTextView: operators read key and token as text in
+// <schema>.leases_text (psql shows the table's bytea columns in hex).
+func TestLeasesTextView(t *testing.T) {
+	t.Parallel()
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+		b := newBackend(t, strategy, dsn)
+		newBackend(t, strategy, dsn) // a second instance finds the view made
+		ctx := t.Context()
+		if _, err := b.Set(ctx, 0, "lock:report", []byte("tok-1"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var key, token string
+		var live bool
+		err = c.QueryRow(ctx, `SELECT key, token, expires_at > now() FROM lockproxy.leases_text WHERE db = 0`).Scan(&key, &token, &live)
+		c.Close(context.Background())
+		if err != nil || key != "lock:report" || token != "tok-1" || !live {
+			t.Errorf("%s: leases_text = %q, %q, live %v, %v; want lock:report, tok-1, live", strategy, key, token, live, err)
+		}
+	}
+}
