@@ -32,9 +32,11 @@ const fenceToken = "lockproxy:lost-lease"
 // its key against the session running the statement: its deadline lies
 // ahead (by PostgreSQL's clock) and another session wrote it. A session
 // that has just taken the key's advisory lock runs it: the row's writer
-// then no longer holds the lock.
+// then no longer holds the lock. A row without a deadline fences nothing:
+// the COALESCE makes it false, not NULL (under NOT, NULL kept the row as
+// if it were a fence, and the acquire answered nil until the next reap).
 func fencedBy(alias string) string {
-	return `(` + alias + `.deadline_ms > ` + pgNowMS + ` AND ` + alias + `.holder_pid <> pg_backend_pid())`
+	return `COALESCE(` + alias + `.deadline_ms > ` + pgNowMS + ` AND ` + alias + `.holder_pid <> pg_backend_pid(), false)`
 }
 
 // reapable holds for a lease row (alias l) that means nothing any more:

@@ -204,3 +204,42 @@ func TestRestartQuarantine(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestLostLockWithoutTTLFreesKey: the row of a lock without a TTL whose
+// holder session is gone (an instance that crashed: its session ended,
+// its row stays until a reaper deletes it) fences nothing, so another
+// instance takes the key at once rather than answering nil until the next
+// reap. (fencedBy was NULL, not false, for a NULL deadline, and the
+// acquire's ON CONFLICT … WHERE NOT NULL left the row and refused.)
+func TestLostLockWithoutTTLFreesKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	cfg := pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, ReapInterval: time.Hour}
+	b := newBackendCfg(t, cfg)
+	sql, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(context.Background())
+	// The crashed instance's row: no deadline, a holder session that no
+	// longer exists (pid 0 is never a backend's).
+	if _, err := sql.Exec(ctx, `INSERT INTO lockproxy.leases (db, key, lock_id, token, deadline_ms, holder, holder_pid)
+		VALUES (0, 'gone', hashtextextended('gone', 0), 'old', NULL, 'crashed-instance', 0),
+			(0, 'gone-script', hashtextextended('gone-script', 0), 'old', NULL, 'crashed-instance', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if tok, ok, err := b.Get(ctx, 0, "gone"); err != nil || ok {
+		t.Fatalf("GET of a lost lock = %q, %v, %v; want absent", tok, ok, err)
+	}
+	if r, err := b.Set(ctx, 0, "gone", []byte("new"), backend.SetOptions{Cond: backend.IfAbsent}); err != nil || !r.Written {
+		t.Fatalf("SET NX over a lost lock without TTL = %+v, %v; want written", r, err)
+	}
+	// An acquiring script writes its row on the general path (advTx.commit).
+	if v, err := b.Eval(ctx, 0, scriptOf(acquireSrc), []string{"gone-script"}, [][]byte{[]byte("new")}, false); err != nil || v.Int != 1 {
+		t.Fatalf("acquiring script over a lost lock without TTL = %+v, %v; want 1", v, err)
+	}
+	if tok, ok, err := b.Get(ctx, 0, "gone"); err != nil || !ok || string(tok) != "new" {
+		t.Fatalf("GET = %q, %v, %v; want new", tok, ok, err)
+	}
+}
