@@ -71,14 +71,12 @@ func (v *vm) toLua(val backend.Value) lua.LValue {
 // itself ends: past it an element becomes Redis's stack-limit error.
 const maxDepth = 200
 
-const msgStackLimit = "ERR reached lua stack limit"
-
 // toValue converts a script's return value to a reply by Redis's rules
 // (luaReplyToRedisReply): fields are read raw, an array ends at its first
 // nil, and anything else (functions, userdata) is nil.
 func (v *vm) toValue(lv lua.LValue, depth int) backend.Value {
 	if depth > maxDepth {
-		return backend.ErrorValue(msgStackLimit)
+		return backend.ErrorValue(backend.MsgStackLimit)
 	}
 	switch x := lv.(type) {
 	case lua.LString:

@@ -156,10 +156,16 @@ func (t *leaseTx) commit(ctx context.Context, after map[dbKey]state) error {
 	return nil
 }
 
+// rollback ends the transaction within the backend's OpTimeout: it runs
+// under a stripe lock, so a dead connection must not hold the stripe for
+// longer than that. A ROLLBACK that fails or times out closes the session
+// (pgconn closes it without the graceful goodbye once ctx is done).
 func (t *leaseTx) rollback() {
 	defer t.conn.Release()
-	if _, err := t.conn.Exec(context.Background(), "ROLLBACK"); err != nil {
-		t.conn.Conn().Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), t.s.b.cfg.OpTimeout)
+	defer cancel()
+	if _, err := t.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		t.conn.Conn().Close(ctx)
 	}
 }
 

@@ -9,8 +9,6 @@ import (
 	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
-const msgHelloNoAuth = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
-
 func cmdPing(cl *client, args [][]byte) backend.Value {
 	switch len(args) {
 	case 1:
@@ -53,7 +51,7 @@ func cmdHello(cl *client, args [][]byte) backend.Value {
 	if len(args) >= 2 {
 		n, ok := keycmd.ParseInt(args[1])
 		if !ok {
-			return backend.ErrorValue("ERR Protocol version is not an integer or out of range")
+			return backend.ErrorValue(backend.MsgProtoVersion)
 		}
 		if n < 2 || n > 3 {
 			return backend.ErrorValue(backend.MsgNoProto)
@@ -74,11 +72,11 @@ func cmdHello(cl *client, args [][]byte) backend.Value {
 			name, setName = args[j+1], true
 			j++
 		default:
-			return backend.ErrorValue("ERR Syntax error in HELLO option '" + string(args[j]) + "'")
+			return backend.ErrorValue(backend.ErrHelloSyntax(string(args[j])))
 		}
 	}
 	if !cl.authed {
-		return backend.ErrorValue(msgHelloNoAuth)
+		return backend.ErrorValue(backend.MsgHelloNoAuth)
 	}
 	if setName {
 		if !validName(name) {
@@ -151,7 +149,7 @@ func cmdClient(cl *client, args [][]byte) backend.Value {
 		case "lib-ver":
 			cl.libVer = string(args[3])
 		default:
-			return backend.ErrorValue("ERR Unrecognized option '" + string(args[2]) + "'")
+			return backend.ErrorValue(backend.ErrUnrecognizedOption(string(args[2])))
 		}
 		return backend.OKValue
 	case "info":
@@ -224,7 +222,7 @@ func (cl *client) clientList(opts [][]byte) backend.Value {
 			case "master", "replica", "slave", "pubsub":
 				none = true
 			default:
-				return backend.ErrorValue("ERR Unknown client type '" + string(opts[i]) + "'")
+				return backend.ErrorValue(backend.ErrUnknownClientType(string(opts[i])))
 			}
 		case "id":
 			if i+1 >= len(opts) {
@@ -236,7 +234,7 @@ func (cl *client) clientList(opts [][]byte) backend.Value {
 			for i++; i < len(opts); i++ {
 				id, ok := keycmd.ParseInt(opts[i])
 				if !ok || id <= 0 {
-					return backend.ErrorValue("ERR Invalid client ID")
+					return backend.ErrorValue(backend.MsgInvalidClientID)
 				}
 				ids[id] = true
 			}

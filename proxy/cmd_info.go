@@ -229,7 +229,7 @@ func cmdConfig(cl *client, args [][]byte) backend.Value {
 		if len(args) < 4 {
 			return backend.ErrorValue(backend.ErrWrongArgs("config|set"))
 		}
-		return backend.ErrorValue("ERR Unknown option or number of arguments for CONFIG SET - '" + string(args[2]) + "'")
+		return backend.ErrorValue(backend.ErrConfigSetOption(string(args[2])))
 	case "resetstat":
 		if len(args) != 2 {
 			return backend.ErrorValue(backend.ErrWrongArgs("config|resetstat"))

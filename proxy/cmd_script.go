@@ -77,7 +77,7 @@ func (c *scriptCache) len() int {
 // load compiles src and caches it, returning its SHA1.
 func (s *Server) load(src []byte) (string, backend.Value, bool) {
 	if len(src) > s.cfg.MaxScriptBytes {
-		return "", backend.ErrorValue("ERR script is larger than max-script-bytes"), false
+		return "", backend.ErrorValue(backend.MsgScriptTooBig), false
 	}
 	sha := luascripts.SHA1(string(src))
 	if _, ok := s.scripts.get(sha); ok {
@@ -167,7 +167,7 @@ func cmdScript(cl *client, args [][]byte) backend.Value {
 		return backend.Array(out...)
 	case "flush":
 		if len(args) > 3 || len(args) == 3 && lower(args[2]) != "sync" && lower(args[2]) != "async" {
-			return backend.ErrorValue("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+			return backend.ErrorValue(backend.MsgScriptFlushMode)
 		}
 		cl.s.scripts.flush()
 		return backend.OKValue

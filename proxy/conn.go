@@ -252,7 +252,7 @@ func (cl *client) passthroughCommand(args [][]byte) backend.Value {
 func (cl *client) reject(name, reply string) backend.Value {
 	if name == "exec" {
 		cl.inMulti, cl.dirty, cl.queue = false, false, nil
-		return backend.ErrorValue("EXECABORT Transaction discarded because of: " + strings.TrimPrefix(reply, "ERR "))
+		return backend.ErrorValue(backend.ErrExecAbortBecause(reply))
 	}
 	cl.dirty = cl.inMulti
 	return backend.ErrorValue(reply)

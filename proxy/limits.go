@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // Redis's own request limits that lockproxy applies as Redis does
@@ -16,17 +18,6 @@ const (
 	maxHeaderBytes     = 64 << 10
 	maxUnauthArgs      = 10
 	maxUnauthBulkBytes = 16 << 10
-)
-
-// Protocol error replies for requests over a limit, in Redis's words.
-const (
-	msgInvalidMultibulk = "ERR Protocol error: invalid multibulk length"
-	msgInvalidBulk      = "ERR Protocol error: invalid bulk length"
-	msgUnauthMultibulk  = "ERR Protocol error: unauthenticated multibulk length"
-	msgUnauthBulk       = "ERR Protocol error: unauthenticated bulk length"
-	msgTooBigInline     = "ERR Protocol error: too big inline request"
-	msgTooBigMultibulk  = "ERR Protocol error: too big mbulk count string"
-	msgTooBigBulk       = "ERR Protocol error: too big bulk count string"
 )
 
 // errLimit ends a connection whose request broke a limit (its reply is
@@ -158,11 +149,11 @@ func (f *framing) scan(b []byte, authed bool) (int, string) {
 			take := min(len(b)-i, room)
 			f.line += take
 			if i += take; i < len(b) {
-				return stop(i, msgTooBigInline)
+				return stop(i, backend.MsgTooBigInline)
 			}
 		case fCount, fLength:
 			if f.state == fLength && f.hdrLen == 0 && b[i] != '$' {
-				return stop(i, "ERR Protocol error: expected '$', got '"+printable(b[i])+"'")
+				return stop(i, backend.ErrExpectedBulk(printable(b[i])))
 			}
 			room := maxHeaderBytes - f.hdrLen
 			nl := bytes.IndexByte(b[i:min(len(b), i+room+1)], '\n')
@@ -182,9 +173,9 @@ func (f *framing) scan(b []byte, authed bool) (int, string) {
 				}
 				i++
 			case i < len(b) && f.state == fCount:
-				return stop(i, msgTooBigMultibulk)
+				return stop(i, backend.MsgTooBigMultibulk)
 			case i < len(b):
-				return stop(i, msgTooBigBulk)
+				return stop(i, backend.MsgTooBigBulk)
 			}
 		case fBody:
 			if f.body > 2 {
@@ -194,7 +185,7 @@ func (f *framing) scan(b []byte, authed bool) (int, string) {
 				continue
 			}
 			if want := "\n\r"[f.body-1]; b[i] != want { // redcon's check, made here: see quoted
-				return stop(i, msgInvalidBulk)
+				return stop(i, backend.MsgInvalidBulk)
 			}
 			i++
 			if f.body--; f.body == 0 {
@@ -222,9 +213,9 @@ func (f *framing) header(authed bool) string {
 	if f.state == fCount {
 		switch {
 		case !ok || n <= 0 || n > f.max/6: // each argument takes at least "$0\r\n\r\n"
-			return msgInvalidMultibulk
+			return backend.MsgInvalidMultibulk
 		case !authed && n > maxUnauthArgs:
-			return msgUnauthMultibulk
+			return backend.MsgUnauthMultibulk
 		}
 		f.size += lineBytes
 		f.state, f.args, f.hdrLen = fLength, int(n), 0
@@ -232,9 +223,9 @@ func (f *framing) header(authed bool) string {
 	}
 	switch {
 	case !ok || n < 0 || f.size+lineBytes+n+2 > f.max:
-		return msgInvalidBulk
+		return backend.MsgInvalidBulk
 	case !authed && n > maxUnauthBulkBytes:
-		return msgUnauthBulk
+		return backend.MsgUnauthBulk
 	}
 	f.size += lineBytes + n + 2
 	f.state, f.body = fBody, n+2

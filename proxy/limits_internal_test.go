@@ -3,6 +3,8 @@ package proxy
 import (
 	"strings"
 	"testing"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // TestFramingChunks checks that the framing follows a stream the same way
@@ -22,12 +24,12 @@ func TestFramingChunks(t *testing.T) {
 		wantReply string
 	}{
 		{"valid", valid, true, len(valid), ""},
-		{"bulk over max", over, true, len(over) - 1, msgInvalidBulk},
-		{"unauthenticated bulk", valid + "*1\r\n$20000\r\n", false, len(valid) + len("*1\r\n$20000\r"), msgUnauthBulk},
-		{"unauthenticated count", valid + "*11\r\n", false, len(valid) + len("*11\r"), msgUnauthMultibulk},
-		{"bad length", valid + "*1\r\n$x\r\n", true, len(valid) + len("*1\r\n$x\r"), msgInvalidBulk},
-		{"inline over 64 KiB", valid + "ECHO " + strings.Repeat("a", 70000), true, len(valid) + 64<<10, msgTooBigInline},
-		{"count line over 64 KiB", valid + "*" + strings.Repeat("1", 70000), true, len(valid) + 1 + 64<<10, msgTooBigMultibulk},
+		{"bulk over max", over, true, len(over) - 1, backend.MsgInvalidBulk},
+		{"unauthenticated bulk", valid + "*1\r\n$20000\r\n", false, len(valid) + len("*1\r\n$20000\r"), backend.MsgUnauthBulk},
+		{"unauthenticated count", valid + "*11\r\n", false, len(valid) + len("*11\r"), backend.MsgUnauthMultibulk},
+		{"bad length", valid + "*1\r\n$x\r\n", true, len(valid) + len("*1\r\n$x\r"), backend.MsgInvalidBulk},
+		{"inline over 64 KiB", valid + "ECHO " + strings.Repeat("a", 70000), true, len(valid) + 64<<10, backend.MsgTooBigInline},
+		{"count line over 64 KiB", valid + "*" + strings.Repeat("1", 70000), true, len(valid) + 1 + 64<<10, backend.MsgTooBigMultibulk},
 		{"not a bulk", valid + "*1\r\n:1\r\n", true, len(valid) + len("*1\r\n"), "ERR Protocol error: expected '$', got ':'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

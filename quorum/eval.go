@@ -27,51 +27,7 @@ import (
 // node, not three.
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
 	watch := !ro && len(keys) > 0 && !b.releases.Is(s)
-	build := func(eval bool) *req {
-		r := &req{}
-		mget := 0
-		if watch {
-			r.cmds.cmd(1 + len(keys))
-			r.cmds.arg("mget")
-			for _, k := range keys {
-				r.cmds.arg(k)
-			}
-			mget = len(r.cmds.b)
-		}
-		r.cmds.cmd(3 + len(keys) + len(args))
-		switch {
-		case eval && ro:
-			r.cmds.arg("eval_ro")
-		case eval:
-			r.cmds.arg("eval")
-		case ro:
-			r.cmds.arg("evalsha_ro")
-		default:
-			r.cmds.arg("evalsha")
-		}
-		if eval {
-			r.cmds.arg(s.Src)
-		} else {
-			r.cmds.arg(s.SHA1)
-		}
-		r.cmds.argInt(int64(len(keys)))
-		for _, k := range keys {
-			r.cmds.arg(k)
-		}
-		for _, a := range args {
-			r.cmds.argBytes(a)
-		}
-		if watch {
-			r.cmds.b = append(r.cmds.b, r.cmds.b[:mget]...) // the same MGET after
-			r.cmds.n++
-			for _, k := range keys { // and each key's TTL as the script left it
-				r.cmds.cmd(2)
-				r.cmds.arg("pttl")
-				r.cmds.arg(k)
-			}
-		}
-		return r
-	}
+	build := func(eval bool) *req { return evalRequest(s, keys, args, ro, watch, eval) }
 	at := 0 // the script's reply among a node's replies
 	if watch {
 		at = 1
@@ -128,6 +84,55 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 		return backend.Value{}, backend.Reply(string(v.Str))
 	}
 	return v, nil
+}
+
+// evalRequest is the request an EVAL sends each node: EVALSHA (EVAL when
+// eval is set; the _RO forms for ro), and with watch an MGET of the keys
+// before and after it and each key's PTTL after it.
+func evalRequest(s backend.Script, keys []string, args [][]byte, ro, watch, eval bool) *req {
+	r := &req{}
+	mget := 0
+	if watch {
+		r.cmds.cmd(1 + len(keys))
+		r.cmds.arg("mget")
+		for _, k := range keys {
+			r.cmds.arg(k)
+		}
+		mget = len(r.cmds.b)
+	}
+	r.cmds.cmd(3 + len(keys) + len(args))
+	switch {
+	case eval && ro:
+		r.cmds.arg("eval_ro")
+	case eval:
+		r.cmds.arg("eval")
+	case ro:
+		r.cmds.arg("evalsha_ro")
+	default:
+		r.cmds.arg("evalsha")
+	}
+	if eval {
+		r.cmds.arg(s.Src)
+	} else {
+		r.cmds.arg(s.SHA1)
+	}
+	r.cmds.argInt(int64(len(keys)))
+	for _, k := range keys {
+		r.cmds.arg(k)
+	}
+	for _, a := range args {
+		r.cmds.argBytes(a)
+	}
+	if watch {
+		r.cmds.b = append(r.cmds.b, r.cmds.b[:mget]...) // the same MGET after
+		r.cmds.n++
+		for _, k := range keys { // and each key's TTL as the script left it
+			r.cmds.cmd(2)
+			r.cmds.arg("pttl")
+			r.cmds.arg(k)
+		}
+	}
+	return r
 }
 
 // createdKeys lists the keys absent before the script (pre, an MGET reply)

@@ -118,75 +118,15 @@ func parseSet(v backend.Value, plain bool) (setResult, bool) {
 // Set implements backend.KeySpace. An acquire (NX with an expiry) gets
 // Redlock's validity check and owner-checked undo.
 func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
-	mode, val := "none", int64(0)
-	var ttl time.Duration
-	switch {
-	case o.KeepTTL:
-		mode = "keepttl"
-	case !o.Expiry.At.IsZero():
-		mode, val = "pxat", o.Expiry.At.UnixMilli()
-		ttl = time.Until(o.Expiry.At)
-	case o.Expiry.TTL > 0:
-		mode, val = "px", o.Expiry.TTL.Milliseconds()
-		ttl = o.Expiry.TTL
-	}
+	mode, val, ttl := setExpiry(o)
 	plain := !o.Get && (o.Cond == backend.Always || o.Cond == backend.IfAbsent || o.Cond == backend.IfPresent)
-	r := &req{}
-	var again func(int, nodeReply) *req
-	if plain {
-		argc := 3
-		if o.Cond != backend.Always {
-			argc++
-		}
-		switch mode {
-		case "px", "pxat":
-			argc += 2
-		case "keepttl":
-			argc++
-		}
-		r.cmds.cmd(argc)
-		r.cmds.arg("set")
-		r.cmds.arg(key)
-		r.cmds.argBytes(token)
-		switch o.Cond {
-		case backend.IfAbsent:
-			r.cmds.arg("nx")
-		case backend.IfPresent:
-			r.cmds.arg("xx")
-		}
-		switch mode {
-		case "px", "pxat":
-			r.cmds.arg(mode)
-			r.cmds.argInt(val)
-		case "keepttl":
-			r.cmds.arg(mode)
-		}
-	} else {
-		args := [][]byte{token, []byte(condName(o.Cond)), o.Match, []byte(mode), strconv.AppendInt(nil, val, 10)}
-		r.cmds.runScript(setScript, false, []string{key}, args...)
-		again = scriptFallback(setScript, []string{key}, args...)
-	}
+	r, again := setRequest(key, token, o, plain, mode, val)
 	defer b.lockKeys(key)()
 	start := time.Now()
 	replies := b.fanout(ctx, db, same(r), again)
 	elapsed := time.Since(start)
 
-	var wrote, refused int
-	results := make([]setResult, 0, len(replies))
-	for _, nr := range replies {
-		v, ok := one(nr)
-		if !ok {
-			continue
-		}
-		if sr, ok := parseSet(v, plain); ok {
-			results = append(results, sr)
-			if sr.written {
-				wrote++
-			} else {
-				refused++
-			}
-		}
-	}
+	results, wrote, refused := tallySet(replies, plain)
 	// The validity rule applies to an acquire with a future expiry; without
 	// one (no TTL, KEEPTTL on an absent key) the lock has no deadline to
 	// miss, and with one in the past Redis itself answers OK for a key that
@@ -226,6 +166,84 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 		return res, nil // certainly not ours: held elsewhere
 	}
 	return backend.SetResult{}, b.errNoQuorum(replies)
+}
+
+// setExpiry is the expiry of a SET as the set script's mode word and value
+// ("none", "keepttl", "px" ms, "pxat" Unix ms), and the TTL it gives.
+func setExpiry(o backend.SetOptions) (mode string, val int64, ttl time.Duration) {
+	mode = "none"
+	switch {
+	case o.KeepTTL:
+		mode = "keepttl"
+	case !o.Expiry.At.IsZero():
+		mode, val = "pxat", o.Expiry.At.UnixMilli()
+		ttl = time.Until(o.Expiry.At)
+	case o.Expiry.TTL > 0:
+		mode, val = "px", o.Expiry.TTL.Milliseconds()
+		ttl = o.Expiry.TTL
+	}
+	return mode, val, ttl
+}
+
+// setRequest is the request a SET sends each node: a plain SET when Redis
+// has the condition, else the set script, with again its fallback for a
+// node that answers NOSCRIPT.
+func setRequest(key string, token []byte, o backend.SetOptions, plain bool, mode string, val int64) (*req, func(int, nodeReply) *req) {
+	r := &req{}
+	if !plain {
+		args := [][]byte{token, []byte(condName(o.Cond)), o.Match, []byte(mode), strconv.AppendInt(nil, val, 10)}
+		r.cmds.runScript(setScript, false, []string{key}, args...)
+		return r, scriptFallback(setScript, []string{key}, args...)
+	}
+	argc := 3
+	if o.Cond != backend.Always {
+		argc++
+	}
+	switch mode {
+	case "px", "pxat":
+		argc += 2
+	case "keepttl":
+		argc++
+	}
+	r.cmds.cmd(argc)
+	r.cmds.arg("set")
+	r.cmds.arg(key)
+	r.cmds.argBytes(token)
+	switch o.Cond {
+	case backend.IfAbsent:
+		r.cmds.arg("nx")
+	case backend.IfPresent:
+		r.cmds.arg("xx")
+	}
+	switch mode {
+	case "px", "pxat":
+		r.cmds.arg(mode)
+		r.cmds.argInt(val)
+	case "keepttl":
+		r.cmds.arg(mode)
+	}
+	return r, nil
+}
+
+// tallySet parses the nodes' SET replies and counts the writes and the
+// refusals among them.
+func tallySet(replies []nodeReply, plain bool) (results []setResult, wrote, refused int) {
+	results = make([]setResult, 0, len(replies))
+	for _, nr := range replies {
+		v, ok := one(nr)
+		if !ok {
+			continue
+		}
+		if sr, ok := parseSet(v, plain); ok {
+			results = append(results, sr)
+			if sr.written {
+				wrote++
+			} else {
+				refused++
+			}
+		}
+	}
+	return results, wrote, refused
 }
 
 // drift is the clock-drift allowance of a lock of ttl.

@@ -97,17 +97,9 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if cfg.MigrateFrom != "" {
-		// go-redis's own lines (one per failed dial of the legacy Redis)
-		// reach the log through redisLog, at debug: failures are counted in
-		// lockproxy_migration_legacy_errors_total and answered TRYAGAIN.
-		mt, _ := parseDuration(cfg.MigrateTimeout)
-		m, err := migrate.New(b, migrate.Config{URL: cfg.MigrateFrom, Timeout: mt, Logger: log,
-			Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})})
-		if err != nil {
-			b.Close(context.Background())
+		if b, err = withMigration(b, cfg, scriptLimit, log); err != nil {
 			return err
 		}
-		b = m
 		warnings = append(warnings, "migrating: every lock is also taken in "+migrate.MaskURL(cfg.MigrateFrom)+"; remove migrate-from once no client uses it directly (INFO lockproxy_migration_legacy_clients)")
 	}
 	defer b.Close(context.Background())
@@ -147,17 +139,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		go hs.Serve(admin)
 		defer hs.Close()
 	}
-	start := []any{"backend", cfg.Backend, "listen", ln.Addr().String(), "admin", cfg.AdminListen}
-	switch cfg.Backend {
-	case "quorum":
-		start = append(start, "nodes", cfg.nodes())
-	case "postgres":
-		start = append(start, "postgres_strategy", cfg.PostgresStrategy, "postgres_dsn", maskDSN(cfg.PostgresDSN))
-	}
-	start = append(start, "requirepass", cfg.RequirePass != "", "users", cfg.Users.names(),
-		"passthrough", maskURL(cfg.Passthrough), "migrate_from", migrate.MaskURL(cfg.MigrateFrom), "tls", tlsCfg != nil, "client_certs", cfg.TLSCACertFile != "",
-		"warnings", strings.Join(warnings, "; "))
-	log.Info("lockproxy started", start...)
+	log.Info("lockproxy started", startFields(cfg, ln.Addr().String(), tlsCfg != nil, warnings)...)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -177,6 +159,36 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// withMigration wraps b in the migration backend for cfg.MigrateFrom; on
+// an error it closes b. go-redis's own lines (one per failed dial of the
+// legacy Redis) reach the log through redisLog, at debug: failures are
+// counted in lockproxy_migration_legacy_errors_total and answered TRYAGAIN.
+func withMigration(b backend.Backend, cfg Config, scriptLimit time.Duration, log *slog.Logger) (backend.Backend, error) {
+	mt, _ := parseDuration(cfg.MigrateTimeout)
+	m, err := migrate.New(b, migrate.Config{URL: cfg.MigrateFrom, Timeout: mt, Logger: log,
+		Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})})
+	if err != nil {
+		b.Close(context.Background())
+		return nil, err
+	}
+	return m, nil
+}
+
+// startFields are the fields of the "lockproxy started" line: where it
+// listens and what it serves, secrets masked.
+func startFields(cfg Config, addr string, tlsOn bool, warnings []string) []any {
+	start := []any{"backend", cfg.Backend, "listen", addr, "admin", cfg.AdminListen}
+	switch cfg.Backend {
+	case "quorum":
+		start = append(start, "nodes", cfg.nodes())
+	case "postgres":
+		start = append(start, "postgres_strategy", cfg.PostgresStrategy, "postgres_dsn", maskDSN(cfg.PostgresDSN))
+	}
+	return append(start, "requirepass", cfg.RequirePass != "", "users", cfg.Users.names(),
+		"passthrough", maskURL(cfg.Passthrough), "migrate_from", migrate.MaskURL(cfg.MigrateFrom), "tls", tlsOn, "client_certs", cfg.TLSCACertFile != "",
+		"warnings", strings.Join(warnings, "; "))
 }
 
 // newBackend builds the configured backend and the safety warnings the

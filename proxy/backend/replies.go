@@ -8,6 +8,9 @@ import (
 // The exact reply texts of a real Redis 7, without the leading "-" and the
 // trailing CRLF. Clients match on these strings, so every one is copied from
 // a real server's reply and the differential test in tests/ keeps it honest.
+// Every text that is Redis's own lives in this file; texts that are
+// lockproxy's (TRYAGAIN reasons, "ERR lockproxy …" refusals, the passthrough's
+// and the script runner's own messages) stay with the package that says them.
 // Texts for commands Redis 7 does not have (IFEQ, DELIFEQ, DELEX) follow
 // Redis 8.4 and Valkey 9.
 const (
@@ -32,6 +35,33 @@ const (
 	MsgWrongType        = "WRONGTYPE Operation against a key holding the wrong kind of value"
 	MsgInternal         = "ERR internal error"
 	MsgMaxClients       = "ERR max number of clients reached"
+	MsgHelloNoAuth      = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+	MsgProtoVersion     = "ERR Protocol version is not an integer or out of range"
+	MsgInvalidClientID  = "ERR Invalid client ID"
+	MsgInvalidCondition = "ERR Invalid condition. Use IFEQ, IFNE, IFDEQ, or IFDNE"
+	MsgScriptTooBig     = "ERR script is larger than max-script-bytes"
+	MsgScriptFlushMode  = "ERR SCRIPT FLUSH only support SYNC|ASYNC option"
+	MsgStackLimit       = "ERR reached lua stack limit"
+)
+
+// Protocol errors for a request over a limit.
+const (
+	MsgInvalidMultibulk = "ERR Protocol error: invalid multibulk length"
+	MsgInvalidBulk      = "ERR Protocol error: invalid bulk length"
+	MsgUnauthMultibulk  = "ERR Protocol error: unauthenticated multibulk length"
+	MsgUnauthBulk       = "ERR Protocol error: unauthenticated bulk length"
+	MsgTooBigInline     = "ERR Protocol error: too big inline request"
+	MsgTooBigMultibulk  = "ERR Protocol error: too big mbulk count string"
+	MsgTooBigBulk       = "ERR Protocol error: too big bulk count string"
+)
+
+// The errors Redis 7 gives a redis.call it refuses.
+const (
+	MsgScriptUnknown  = "ERR Unknown Redis command called from script"
+	MsgScriptArity    = "ERR Wrong number of args calling Redis command from script"
+	MsgScriptNoScript = "ERR This Redis command is not allowed from script"
+	MsgScriptReadOnly = "ERR Write commands are not allowed from read-only scripts."
+	MsgScriptNoArgs   = "ERR Please specify at least one argument for this redis lib call"
 )
 
 // ErrWrongArgs is the arity error of cmd, e.g. "ERR wrong number of
@@ -39,6 +69,39 @@ const (
 // ("client|setname" for a subcommand).
 func ErrWrongArgs(cmd string) string {
 	return "ERR wrong number of arguments for '" + strings.ToLower(cmd) + "' command"
+}
+
+// ErrHelloSyntax is HELLO's reply to an option it does not know.
+func ErrHelloSyntax(opt string) string {
+	return "ERR Syntax error in HELLO option '" + opt + "'"
+}
+
+// ErrUnrecognizedOption is CLIENT SETINFO's reply to an attribute it does
+// not know.
+func ErrUnrecognizedOption(opt string) string {
+	return "ERR Unrecognized option '" + opt + "'"
+}
+
+// ErrUnknownClientType is CLIENT KILL TYPE's reply to a bad type.
+func ErrUnknownClientType(typ string) string {
+	return "ERR Unknown client type '" + typ + "'"
+}
+
+// ErrConfigSetOption is CONFIG SET's reply to a parameter it does not know.
+func ErrConfigSetOption(name string) string {
+	return "ERR Unknown option or number of arguments for CONFIG SET - '" + name + "'"
+}
+
+// ErrExecAbortBecause is EXEC's reply when a queued command was refused
+// with reply (an error line); its "ERR " prefix goes.
+func ErrExecAbortBecause(reply string) string {
+	return "EXECABORT Transaction discarded because of: " + strings.TrimPrefix(reply, "ERR ")
+}
+
+// ErrExpectedBulk is the protocol error for a multibulk element that does
+// not start with '$'; got is the byte as Redis prints it.
+func ErrExpectedBulk(got string) string {
+	return "ERR Protocol error: expected '$', got '" + got + "'"
 }
 
 // ErrInvalidExpire is "ERR invalid expire time in 'set' command" for cmd.

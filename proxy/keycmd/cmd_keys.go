@@ -69,7 +69,7 @@ func cmdDelEx(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (
 		if err != nil || n == 0 {
 			return backend.Int(0), err
 		}
-		return backend.Value{}, backend.Reply("ERR Invalid condition. Use IFEQ, IFNE, IFDEQ, or IFDNE")
+		return backend.Value{}, backend.Reply(backend.MsgInvalidCondition)
 	}
 	ok, err := ks.DelIf(ctx, db, key, cond, clone(args[3]))
 	if err != nil {

@@ -9,15 +9,6 @@ import (
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
-// The errors Redis 7 gives a redis.call it refuses.
-const (
-	msgScriptUnknown  = "ERR Unknown Redis command called from script"
-	msgScriptArity    = "ERR Wrong number of args calling Redis command from script"
-	msgScriptNoScript = "ERR This Redis command is not allowed from script"
-	msgScriptReadOnly = "ERR Write commands are not allowed from read-only scripts."
-	msgScriptNoArgs   = "ERR Please specify at least one argument for this redis lib call"
-)
-
 // ScriptCaller runs the redis.call and redis.pcall of one running script
 // against KS, a backend's view inside the script's atomic section. It
 // implements luascripts.Caller.
@@ -36,34 +27,34 @@ type ScriptCaller struct {
 // Call runs one command for the script.
 func (c *ScriptCaller) Call(ctx context.Context, args [][]byte) (backend.Value, error) {
 	if len(args) == 0 {
-		return backend.Value{}, backend.Reply(msgScriptNoArgs)
+		return backend.Value{}, backend.Reply(backend.MsgScriptNoArgs)
 	}
 	if cmd := Lookup(args[0]); cmd != nil {
 		if !cmd.ArityOK(len(args)) {
-			return backend.Value{}, backend.Reply(msgScriptArity)
+			return backend.Value{}, backend.Reply(backend.MsgScriptArity)
 		}
 		if c.RO && cmd.Write {
-			return backend.Value{}, backend.Reply(msgScriptReadOnly)
+			return backend.Value{}, backend.Reply(backend.MsgScriptReadOnly)
 		}
 		return cmd.run(ctx, c.KS, c.DB, args)
 	}
 	n := strings.ToLower(string(args[0]))
 	if arity, ok := scriptConnCommands[n]; ok {
 		if !arityOK(arity, len(args)) {
-			return backend.Value{}, backend.Reply(msgScriptArity)
+			return backend.Value{}, backend.Reply(backend.MsgScriptArity)
 		}
 		return c.conn(n, args)
 	}
 	if arity, ok := noScriptCommands[n]; ok {
 		if !arityOK(arity, len(args)) {
-			return backend.Value{}, backend.Reply(msgScriptArity)
+			return backend.Value{}, backend.Reply(backend.MsgScriptArity)
 		}
-		return backend.Value{}, backend.Reply(msgScriptNoScript)
+		return backend.Value{}, backend.Reply(backend.MsgScriptNoScript)
 	}
 	if redisCommands[n] {
 		return backend.Value{}, backend.Reply("ERR lockproxy serves lock commands only: '" + n + "' is not supported")
 	}
-	return backend.Value{}, backend.Reply(msgScriptUnknown)
+	return backend.Value{}, backend.Reply(backend.MsgScriptUnknown)
 }
 
 // conn runs the connection commands a script may call.
@@ -93,7 +84,7 @@ func (c *ScriptCaller) conn(n string, args [][]byte) (backend.Value, error) {
 			backend.BulkString(strconv.Itoa(now.Nanosecond()/1000)),
 		), nil
 	}
-	return backend.Value{}, backend.Reply(msgScriptUnknown)
+	return backend.Value{}, backend.Reply(backend.MsgScriptUnknown)
 }
 
 func arityOK(arity, n int) bool {
