@@ -150,7 +150,7 @@ func TestRestartQuarantine(t *testing.T) {
 	dsn := pg.NewDatabase(t)
 	a := newBackendCfg(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory})
 	const ttl = 8 * time.Second // far beyond a restart's few seconds, so the test never has to give up
-	start := time.Now() // validity counts from the acquire's start
+	start := time.Now()         // validity counts from the acquire's start
 	if r, err := a.Set(ctx, 0, "q", []byte("tok"), nx(ttl)); err != nil || !r.Written {
 		t.Fatalf("SET NX = %+v, %v", r, err)
 	}
