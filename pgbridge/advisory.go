@@ -23,7 +23,8 @@ type advisory struct {
 	b       *Backend
 	holders []*holder
 	router  *router
-	rows    atomic.Int64 // leases with a row (the locks this instance holds)
+	rows    atomic.Int64  // leases with a row (the locks this instance holds)
+	expired atomic.Uint64 // leases its timers ended at their deadlines (expiry.go)
 
 	epoch      time.Time    // the monotonic origin of quarantine
 	quarantine atomic.Int64 // no lock is taken before epoch + this (horizon.go)
@@ -54,14 +55,29 @@ const heldByRowHolder = `EXISTS (SELECT 1 FROM pg_locks p WHERE p.locktype = 'ad
 	AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 	AND p.classid = ((l.lock_id >> 32) & 4294967295)::oid AND p.objid = (l.lock_id & 4294967295)::oid)`
 
-func newAdvisory(ctx context.Context, b *Backend) (*advisory, error) {
+func newAdvisory(b *Backend) *advisory {
 	a := &advisory{b: b, epoch: time.Now()}
 	for i := range b.cfg.Holders {
 		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), queue: make(chan *query), check: make(chan struct{}, 1)})
 	}
+	return a
+}
+
+// The advisory strategy's lease table is UNLOGGED: its rows only mean
+// something while the sessions holding the locks live, and a crash of
+// PostgreSQL ends those sessions too. The horizon table is logged
+// (horizon.go).
+func (a *advisory) logged() bool { return false }
+
+func (a *advisory) extraDDL() []string { return []string{horizonDDL(a.b.cfg.Schema)} }
+
+// start LISTENs for routed operations, starts the holder sessions and the
+// reaper of stale rows, and returns once every holder session is up.
+func (a *advisory) start(ctx context.Context) error {
+	b := a.b
 	r, err := newRouter(ctx, a)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.router = r
 	for _, h := range a.holders {
@@ -70,19 +86,18 @@ func newAdvisory(ctx context.Context, b *Backend) (*advisory, error) {
 	}
 	b.wg.Add(1)
 	go a.reapStale()
-	// Serve only once every holder session is up.
 	deadline := time.Now().Add(b.cfg.OpTimeout)
 	for _, h := range a.holders {
 		for h.gen.Load() == 0 {
 			if time.Now().After(deadline) {
 				b.cancel()
 				b.wg.Wait()
-				return nil, fmt.Errorf("pgbridge: holder connections did not come up within %v", b.cfg.OpTimeout)
+				return fmt.Errorf("pgbridge: holder connections did not come up within %v", b.cfg.OpTimeout)
 			}
 			time.Sleep(5 * time.Millisecond) // waiting for the holder goroutines' first connect
 		}
 	}
-	return a, nil
+	return nil
 }
 
 func (a *advisory) holderOf(k dbKey) *holder {
@@ -386,6 +401,23 @@ func (a *advisory) read(ctx context.Context, k dbKey) (state, error) {
 	st.mu.Unlock()
 	s, _, err := a.readTable(ctx, k)
 	return s, err
+}
+
+// countLive counts the rows of db whose holder session still holds the
+// lock (and whose deadline has not come by this process's clock), and the
+// fences.
+func (a *advisory) countLive(ctx context.Context, db int, except [][]byte) (int64, error) {
+	var n int64
+	err := a.b.pool.QueryRow(ctx, `SELECT count(*) FROM `+a.b.table+` l WHERE l.db = $1 AND NOT (l.key = ANY($3))
+		AND ((l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder+` OR l.deadline_ms > `+pgNowMS+`)`, db, nowMS(), except).Scan(&n)
+	return n, err
+}
+
+// evalFast: the advisory strategy has no script fast path. A release runs
+// on the general path, where its holder merges the release with the
+// others of its batch into one statement.
+func (a *advisory) evalFast(context.Context, backend.Script, []dbKey, [][]byte, bool) (backend.Value, bool, error) {
+	return backend.Value{}, false, nil
 }
 
 // readTable reads k's lease row, if its holder session still holds the

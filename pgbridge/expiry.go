@@ -53,7 +53,7 @@ func (a *advisory) expire(k dbKey, e *held) {
 	e.h.submit(q)
 	do(q) // on failure the session ended, and the lock with it
 	a.drop(st, k, e)
-	a.b.expired.Add(1)
+	a.expired.Add(1)
 }
 
 // sweep forgets the leases of sessions that are gone, but for the fences

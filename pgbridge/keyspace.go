@@ -11,8 +11,9 @@ import (
 
 // The backend.KeySpace and Eval of a Backend. Writes run through write
 // (engine.go); reads take the state from this process's leases or from the
-// lease table. A write that meets a key another lockproxy instance holds is
-// routed to that instance (advisory strategy, routeReq).
+// lease table. A write that meets a key held beyond reach goes to the
+// strategy (strategy.route): the advisory strategy routes it to the
+// instance holding it (routeReq), the lease strategy answers TRYAGAIN.
 
 func nowMS() int64 { return time.Now().UnixMilli() }
 
@@ -22,18 +23,9 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 		return backend.SetResult{}, err
 	}
 	k := dbKey{db, key}
-	if a, ok := b.store.(*advisory); ok && o.Cond == backend.IfAbsent && !o.Get {
-		if res, done, err := a.acquire(ctx, k, token, o); done {
+	if o.Cond == backend.IfAbsent && !o.Get {
+		if res, done, err := b.store.acquire(ctx, k, token, o); done {
 			return res, err
-		}
-	}
-	if l, ok := b.store.(*leaseStore); ok && o.Cond == backend.IfAbsent && !o.Get && !o.KeepTTL &&
-		o.Expiry.At.IsZero() && o.Expiry.TTL > 0 && o.Expiry.TTL%time.Millisecond == 0 {
-		unlock := b.lockStripes([]dbKey{k})
-		written, done, err := l.acquire(ctx, k, token, o.Expiry.TTL)
-		unlock()
-		if done {
-			return backend.SetResult{Written: written}, err
 		}
 	}
 	var res backend.SetResult
@@ -46,7 +38,7 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 		if o.Cond == backend.IfAbsent && !o.Get {
 			return backend.SetResult{}, nil // held: live somewhere
 		}
-		rep, err := b.route(ctx, h, &routeReq{Op: "set", DB: db, Key: []byte(key), Token: token, Opts: o})
+		rep, err := b.store.route(ctx, h, &routeReq{Op: "set", DB: db, Key: []byte(key), Token: token, Opts: o})
 		if err != nil {
 			return backend.SetResult{}, err
 		}
@@ -119,7 +111,7 @@ func writeKey[T any](b *Backend, ctx context.Context, k dbKey, op func(ks backen
 		return v, err
 	}
 	req.DB, req.Key = k.db, []byte(k.key)
-	rep, err := b.route(ctx, h, req)
+	rep, err := b.store.route(ctx, h, req)
 	if err != nil {
 		return v, err
 	}
@@ -222,19 +214,11 @@ func (b *Backend) dbSize(ctx context.Context, db int, except [][]byte) (int64, e
 		except = [][]byte{}
 	}
 	var n int64
-	err := b.retryRead(ctx, func() error { return b.countLive(ctx, db, except, &n) })
+	err := b.retryRead(ctx, func() (err error) {
+		n, err = b.store.countLive(ctx, db, except)
+		return err
+	})
 	return n, err
-}
-
-func (b *Backend) countLive(ctx context.Context, db int, except [][]byte, n *int64) (err error) {
-	if b.cfg.Strategy == Advisory {
-		err = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` l WHERE l.db = $1 AND NOT (l.key = ANY($3))
-			AND ((l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder+` OR l.deadline_ms > `+pgNowMS+`)`, db, nowMS(), except).Scan(n)
-	} else {
-		err = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE db = $1 AND NOT (key = ANY($2))
-			AND `+leaseLive("deadline_ms"), db, except).Scan(n)
-	}
-	return err
 }
 
 // Eval implements backend.Backend: the script runs on the scratch model
@@ -248,18 +232,8 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	for i, k := range keys {
 		dk[i] = dbKey{db, k}
 	}
-	if l, ok := b.store.(*leaseStore); ok && !ro && len(keys) == 1 && len(args) >= 1 && b.releases.Is(s) {
-		unlock := b.lockStripes(dk)
-		deleted, done, err := l.release(ctx, dk[0], args[0])
-		unlock()
-		switch {
-		case done && err != nil:
-			return backend.Value{}, err
-		case done && deleted:
-			return backend.Int(1), nil
-		case done:
-			return backend.Int(0), nil
-		}
+	if v, done, err := b.store.evalFast(ctx, s, dk, args, ro); done {
+		return v, err
 	}
 	var v backend.Value
 	err := b.write(ctx, dk, func(ks backend.KeySpace) (err error) {
@@ -272,29 +246,11 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 		for i, k := range keys {
 			bk[i] = []byte(k)
 		}
-		rep, err := b.route(ctx, h, &routeReq{Op: "eval", DB: db, Script: s, Keys: bk, Args: args, RO: ro})
+		rep, err := b.store.route(ctx, h, &routeReq{Op: "eval", DB: db, Script: s, Keys: bk, Args: args, RO: ro})
 		if err != nil {
 			return backend.Value{}, err
 		}
 		return rep.V, rep.error()
 	}
 	return v, err
-}
-
-// route sends an operation to the instance holding h's keys, when this
-// is the advisory strategy, the operation did not arrive routed, and one
-// instance holds them all.
-func (b *Backend) route(ctx context.Context, h *heldError, req *routeReq) (*routeReply, error) {
-	a, ok := b.store.(*advisory)
-	if !ok || routed(ctx) {
-		return nil, heldReply(h)
-	}
-	target := ""
-	for _, in := range h.instances {
-		if in == "" || (target != "" && in != target) {
-			return nil, heldReply(h)
-		}
-		target = in
-	}
-	return a.router.send(ctx, target, req)
 }

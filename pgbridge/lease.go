@@ -3,11 +3,15 @@ package pgbridge
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockproxy/lockproxy/luascripts"
+	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // leaseStore is the lease strategy: the lease table is the truth and
@@ -18,7 +22,10 @@ import (
 // the rows, and writes back what changed. Locks survive a restart of
 // lockproxy; nothing lives in this process between operations.
 type leaseStore struct {
-	b *Backend
+	b        *Backend
+	releases luascripts.Releases // catalogued release scripts seen (evalFast)
+	expired  atomic.Uint64       // rows this instance reaped after their deadlines
+	heldLast atomic.Int64        // the last count of live rows (heldLocks)
 }
 
 // lockTries and lockPause bound how long a write waits for a key's
@@ -197,11 +204,35 @@ func (s *leaseStore) read(ctx context.Context, k dbKey) (state, error) {
 	return state{present: true, token: tok, deadline: addMS(local, *left)}, nil
 }
 
-func newLeaseStore(b *Backend) *leaseStore {
-	s := &leaseStore{b: b}
-	b.wg.Add(1)
+func newLeaseStore(b *Backend) *leaseStore { return &leaseStore{b: b} }
+
+// The lease strategy's table is LOGGED: it is the locks. It has no other
+// table.
+func (s *leaseStore) logged() bool { return true }
+
+func (s *leaseStore) extraDDL() []string { return nil }
+
+// start starts the reaper of expired rows.
+func (s *leaseStore) start(context.Context) error {
+	s.b.wg.Add(1)
 	go s.reap()
-	return s
+	return nil
+}
+
+// countLive counts the rows of db whose deadline has not come by
+// PostgreSQL's clock.
+func (s *leaseStore) countLive(ctx context.Context, db int, except [][]byte) (int64, error) {
+	var n int64
+	err := s.b.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.b.table+` WHERE db = $1 AND NOT (key = ANY($2))
+		AND `+leaseLive("deadline_ms"), db, except).Scan(&n)
+	return n, err
+}
+
+// route: the lease strategy has no routing. A key held beyond reach is
+// locked by another transaction for longer than lockTries allows (an SQL
+// session), which no instance can be asked to end.
+func (s *leaseStore) route(_ context.Context, h *heldError, _ *routeReq) (*routeReply, error) {
+	return nil, heldReply(h)
 }
 
 // reap deletes expired lease rows every Config.ReapInterval, in batches, so the
@@ -229,7 +260,7 @@ func (s *leaseStore) reap() {
 				}
 				break
 			}
-			s.b.expired.Add(uint64(tag.RowsAffected()))
+			s.expired.Add(uint64(tag.RowsAffected()))
 			if tag.RowsAffected() < 1000 {
 				break
 			}
@@ -252,9 +283,40 @@ func (s *leaseStore) close() {}
 // taken by someone else, or the statement could not be sent, the general
 // path runs instead: it retries the lock and the connection as before.
 
-// acquire is SET key token NX PX ttl; done is false when the general path
-// must run.
-func (s *leaseStore) acquire(ctx context.Context, k dbKey, token []byte, ttl time.Duration) (written, done bool, err error) {
+// acquire is SET key token NX with a TTL in whole milliseconds (PX, or EX),
+// under its stripe's lock; any other SET … NX takes the general path.
+func (s *leaseStore) acquire(ctx context.Context, k dbKey, token []byte, o backend.SetOptions) (backend.SetResult, bool, error) {
+	if o.KeepTTL || !o.Expiry.At.IsZero() || o.Expiry.TTL <= 0 || o.Expiry.TTL%time.Millisecond != 0 {
+		return backend.SetResult{}, false, nil
+	}
+	unlock := s.b.lockStripes([]dbKey{k})
+	written, done, err := s.acquireTTL(ctx, k, token, o.Expiry.TTL)
+	unlock()
+	return backend.SetResult{Written: written}, done, err
+}
+
+// evalFast runs a catalogued release script (luascripts.IsRelease) on its
+// one key as one statement (release), under the key's stripe lock; every
+// catalogued script answers 1 when it deleted the key, 0 otherwise.
+func (s *leaseStore) evalFast(ctx context.Context, sc backend.Script, keys []dbKey, args [][]byte, ro bool) (backend.Value, bool, error) {
+	if ro || len(keys) != 1 || len(args) < 1 || !s.releases.Is(sc) {
+		return backend.Value{}, false, nil
+	}
+	unlock := s.b.lockStripes(keys)
+	deleted, done, err := s.release(ctx, keys[0], args[0])
+	unlock()
+	switch {
+	case !done || err != nil:
+		return backend.Value{}, done, err
+	case deleted:
+		return backend.Int(1), true, nil
+	}
+	return backend.Int(0), true, nil
+}
+
+// acquireTTL is SET key token NX PX ttl as one statement; done is false
+// when the general path must run.
+func (s *leaseStore) acquireTTL(ctx context.Context, k dbKey, token []byte, ttl time.Duration) (written, done bool, err error) {
 	var locked bool
 	err = s.b.pool.QueryRow(ctx, `WITH l AS MATERIALIZED (
 			SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, $1::int::bigint)) AS ok),

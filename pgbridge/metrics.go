@@ -44,10 +44,11 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPool, prometheus.GaugeValue, float64(st.AcquiredConns()), "acquired")
 	ch <- prometheus.MustNewConstMetric(descPool, prometheus.GaugeValue, float64(st.IdleConns()), "idle")
 	ch <- prometheus.MustNewConstMetric(descPool, prometheus.GaugeValue, float64(st.TotalConns()), "total")
-	a, ok := b.store.(*advisory)
-	if !ok {
-		return
-	}
+	b.store.collect(ch)
+}
+
+// collect adds the holder sessions, the routing and the restart wait.
+func (a *advisory) collect(ch chan<- prometheus.Metric) {
 	up, lost := a.holderCounts()
 	ch <- prometheus.MustNewConstMetric(descHoldersUp, prometheus.GaugeValue, float64(up))
 	ch <- prometheus.MustNewConstMetric(descHolders, prometheus.GaugeValue, float64(len(a.holders)))
@@ -62,23 +63,34 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 // the live rows of the lease table (lease; the last count that succeeded
 // when PostgreSQL does not answer within a second). The proxy exports it
 // as lockproxy_locks_held.
-func (b *Backend) HeldLocks() int64 {
-	if a, ok := b.store.(*advisory); ok {
-		return a.rows.Load()
-	}
-	ctx, cancel := context.WithTimeout(b.ctx, time.Second)
-	defer cancel()
-	var n int64
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE `+leaseLive("deadline_ms")).Scan(&n); err == nil {
-		b.heldLast.Store(n)
-	}
-	return b.heldLast.Load()
-}
+func (b *Backend) HeldLocks() int64 { return b.store.heldLocks() }
 
 // ExpiredLocks counts the locks that ended at their deadline: released by
 // this instance's timers (advisory), or reaped from the table by this
 // instance (lease). The proxy exports it as lockproxy_lock_expiries_total.
-func (b *Backend) ExpiredLocks() uint64 { return b.expired.Load() }
+func (b *Backend) ExpiredLocks() uint64 { return b.store.expiredLocks() }
+
+func (a *advisory) heldLocks() int64 { return a.rows.Load() }
+
+func (a *advisory) expiredLocks() uint64 { return a.expired.Load() }
+
+func (s *leaseStore) heldLocks() int64 {
+	ctx, cancel := context.WithTimeout(s.b.ctx, time.Second)
+	defer cancel()
+	var n int64
+	if err := s.b.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.b.table+` WHERE `+leaseLive("deadline_ms")).Scan(&n); err == nil {
+		s.heldLast.Store(n)
+	}
+	return s.heldLast.Load()
+}
+
+func (s *leaseStore) expiredLocks() uint64 { return s.expired.Load() }
+
+// The lease strategy has no metrics and INFO lines of its own: it has no
+// sessions, routing or restart wait.
+func (s *leaseStore) collect(chan<- prometheus.Metric) {}
+
+func (s *leaseStore) infoLines() []string { return nil }
 
 // routeCounts are the router's counters.
 type routeCounts struct {
@@ -93,18 +105,19 @@ func (b *Backend) InfoLines() []string {
 		"lockproxy_postgres_strategy:" + b.cfg.Strategy,
 		"lockproxy_postgres_pool_connections:" + strconv.Itoa(int(st.TotalConns())),
 	}
-	a, ok := b.store.(*advisory)
-	if !ok {
-		return lines
-	}
+	return append(lines, b.store.infoLines()...)
+}
+
+// infoLines are the holder sessions, the routing and the restart wait.
+func (a *advisory) infoLines() []string {
 	up, lost := a.holderCounts()
-	return append(lines,
-		"lockproxy_postgres_holders:"+strconv.Itoa(len(a.holders)),
-		"lockproxy_postgres_holders_up:"+strconv.Itoa(up),
-		"lockproxy_postgres_holder_sessions_lost:"+strconv.Itoa(lost),
-		"lockproxy_postgres_routed_sent:"+strconv.FormatInt(a.router.sent.Load(), 10),
-		"lockproxy_postgres_routed_served:"+strconv.FormatInt(a.router.served.Load(), 10),
-		"lockproxy_postgres_restart_wait_ms:"+strconv.FormatInt(a.waitLeft().Milliseconds(), 10))
+	return []string{
+		"lockproxy_postgres_holders:" + strconv.Itoa(len(a.holders)),
+		"lockproxy_postgres_holders_up:" + strconv.Itoa(up),
+		"lockproxy_postgres_holder_sessions_lost:" + strconv.Itoa(lost),
+		"lockproxy_postgres_routed_sent:" + strconv.FormatInt(a.router.sent.Load(), 10),
+		"lockproxy_postgres_routed_served:" + strconv.FormatInt(a.router.served.Load(), 10),
+		"lockproxy_postgres_restart_wait_ms:" + strconv.FormatInt(a.waitLeft().Milliseconds(), 10)}
 }
 
 // holderCounts returns how many holder sessions are connected and how many

@@ -13,13 +13,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/memory"
@@ -71,15 +71,11 @@ type Backend struct {
 	instance string                      // random per process: this instance's name in lease rows and its NOTIFY channel
 	scratch  [numScratch]*memory.Backend // where operations run; see engine.go
 	runner   *luascripts.Runner
-	releases luascripts.Releases // catalogued release scripts seen (lease fast path)
 	log      *slog.Logger
 	outage   outage // PostgreSQL unreachable: logged with backoff, its end once
 	seed     maphash.Seed
 	stripes  [numStripes]stripe
 	store    strategy
-
-	expired  atomic.Uint64 // locks that ended at their deadline (ExpiredLocks)
-	heldLast atomic.Int64  // the last count of live leases (lease strategy)
 
 	ctx    context.Context // ends at Close: background work
 	cancel context.CancelFunc
@@ -120,14 +116,60 @@ type state struct {
 	deadline int64
 }
 
-// strategy is where the locks live.
+// strategy is where the locks live, and owns everything in which the two
+// strategies differ, so that the Backend around it (stripes, the engine,
+// the KeySpace methods, metrics) never asks which one it has: its schema,
+// its background work, its fast paths for the commands every lock client
+// sends, what becomes of an operation on a key held beyond reach, and the
+// figures it reports. advisory (advisory.go and the advisory-only files
+// holder.go, route.go, fence.go, horizon.go, expiry.go) and leaseStore
+// (lease.go) implement it; New picks one by Config.Strategy and nothing
+// else looks at Config.Strategy. (One Backend with a strategy rather than
+// two Backend types: the KeySpace methods, the engine and the stripes are
+// the same code for both, and differ only at these points.)
 type strategy interface {
+	// logged reports whether the lease table is LOGGED; extraDDL is the
+	// strategy's own tables, created after it (createSchema).
+	logged() bool
+	extraDDL() []string
+	// start begins the background work (holder sessions, reapers,
+	// listeners) once the schema exists; it returns when the strategy
+	// serves. Backend.ctx ends it and Backend.wg waits for it.
+	start(ctx context.Context) error
+
 	// prepare makes keys (sorted, distinct, their stripes locked) ready for
 	// one operation and returns their states. Keys held beyond this
 	// process's reach are reported as a *heldError.
 	prepare(ctx context.Context, keys []dbKey) (tx, error)
 	// read returns a key's state without preparing it (GET, PTTL, EXISTS).
 	read(ctx context.Context, k dbKey) (state, error)
+	// countLive counts the live keys of db in the lease table but for the
+	// keys of except (DBSIZE); it is run under Backend.retryRead.
+	countLive(ctx context.Context, db int, except [][]byte) (int64, error)
+
+	// acquire is the fast path of SET key token NX (without GET), the
+	// command every lock client takes its lock with; its stripe is not
+	// locked. done is false when the general path must run.
+	acquire(ctx context.Context, k dbKey, token []byte, o backend.SetOptions) (res backend.SetResult, done bool, err error)
+	// evalFast is the fast path of a catalogued script (luascripts), for
+	// a strategy that has one; the keys' stripes are not locked. done is
+	// false when the general path must run.
+	evalFast(ctx context.Context, s backend.Script, keys []dbKey, args [][]byte, ro bool) (v backend.Value, done bool, err error)
+	// route runs req at the holder of h's keys, where the strategy can
+	// reach it, and otherwise answers the client's error (heldReply).
+	route(ctx context.Context, h *heldError, req *routeReq) (*routeReply, error)
+
+	// heldLocks and expiredLocks are the figures of Backend.HeldLocks and
+	// Backend.ExpiredLocks; collect and infoLines add the strategy's own
+	// metrics and INFO lines (metrics.go) to the Backend's.
+	heldLocks() int64
+	expiredLocks() uint64
+	collect(ch chan<- prometheus.Metric)
+	infoLines() []string
+
+	// check reports whether the strategy can serve (backend.Checker);
+	// close stops what Backend.ctx does not (before Backend.wg is waited
+	// for).
 	check(ctx context.Context) error
 	close()
 }
@@ -164,7 +206,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Strategy == "" {
 		cfg.Strategy = Advisory
 	}
-	if cfg.Strategy != Advisory && cfg.Strategy != Lease {
+	newStrategy, ok := strategies[cfg.Strategy]
+	if !ok {
 		return nil, fmt.Errorf("pgbridge: unknown strategy %q (use advisory or lease)", cfg.Strategy)
 	}
 	if cfg.Schema == "" {
@@ -209,6 +252,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	for i := range b.stripes {
 		b.stripes[i].owned = make(map[dbKey]*held)
 	}
+	b.store = newStrategy(b)
 	for i := range b.scratch {
 		b.scratch[i] = memory.New(memory.Config{Runner: cfg.Runner, ReapInterval: time.Hour})
 	}
@@ -223,17 +267,20 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		pool.Close()
 		return nil, err
 	}
-	if cfg.Strategy == Advisory {
-		b.store, err = newAdvisory(ctx, b)
-	} else {
-		b.store = newLeaseStore(b)
-	}
-	if err != nil {
+	if err := b.store.start(ctx); err != nil {
 		b.cancel()
 		pool.Close()
 		return nil, err
 	}
 	return b, nil
+}
+
+// strategies are the constructors of the strategies by Config.Strategy:
+// the one place that picks a strategy. A constructor has no side effects;
+// the strategy starts (strategy.start) once the schema exists.
+var strategies = map[string]func(*Backend) strategy{
+	Advisory: func(b *Backend) strategy { return newAdvisory(b) },
+	Lease:    func(b *Backend) strategy { return newLeaseStore(b) },
 }
 
 // ValidSchema reports whether name can be Config.Schema: a plain SQL
@@ -242,15 +289,13 @@ func ValidSchema(name string) bool { return identifier.MatchString(name) }
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-// createSchema creates the schema and lease table idempotently. The
-// advisory strategy's table is UNLOGGED: its rows only mean something
-// while the sessions holding the locks live, and a crash of PostgreSQL
-// ends those sessions too; the lease strategy's table is logged, since it
-// is the locks.
+// createSchema creates the schema and lease table idempotently, LOGGED or
+// UNLOGGED as the strategy has it (strategy.logged), then the strategy's
+// own tables.
 func (b *Backend) createSchema(ctx context.Context) error {
-	persistence := "LOGGED"
-	if b.cfg.Strategy == Advisory {
-		persistence = "UNLOGGED"
+	persistence := "UNLOGGED"
+	if b.store.logged() {
+		persistence = "LOGGED"
 	}
 	ddl := []string{
 		"CREATE SCHEMA IF NOT EXISTS " + b.cfg.Schema,
@@ -277,9 +322,7 @@ func (b *Backend) createSchema(ctx context.Context) error {
 			END IF;
 		END $$`,
 	}
-	if b.cfg.Strategy == Advisory {
-		ddl = append(ddl, horizonDDL(b.cfg.Schema))
-	}
+	ddl = append(ddl, b.store.extraDDL()...)
 	for _, q := range ddl {
 		if _, err := b.pool.Exec(ctx, q); err != nil {
 			var pe *pgconn.PgError
@@ -309,7 +352,7 @@ func (b *Backend) Close(ctx context.Context) error {
 }
 
 // Check reports whether PostgreSQL answers and, in the advisory strategy,
-// whether every holder connection is up (backend.Checker).
+// whether every holder connection is up (backend.Checker, strategy.check).
 func (b *Backend) Check(ctx context.Context) error { return b.store.check(ctx) }
 
 func (b *Backend) stripe(k dbKey) *stripe {

@@ -241,3 +241,19 @@ func (r *router) send(ctx context.Context, instance string, req *routeReq) (*rou
 }
 
 func (r *router) close() {}
+
+// route sends an operation to the instance holding h's keys, when the
+// operation did not arrive routed and one instance holds them all.
+func (a *advisory) route(ctx context.Context, h *heldError, req *routeReq) (*routeReply, error) {
+	if routed(ctx) {
+		return nil, heldReply(h)
+	}
+	target := ""
+	for _, in := range h.instances {
+		if in == "" || (target != "" && in != target) {
+			return nil, heldReply(h)
+		}
+		target = in
+	}
+	return a.router.send(ctx, target, req)
+}
