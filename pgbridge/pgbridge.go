@@ -252,7 +252,6 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	for i := range b.stripes {
 		b.stripes[i].owned = make(map[dbKey]*held)
 	}
-	b.store = newStrategy(b)
 	for i := range b.scratch {
 		b.scratch[i] = memory.New(memory.Config{Runner: cfg.Runner, ReapInterval: time.Hour})
 	}
@@ -262,6 +261,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		pool.Close()
 		return nil, fmt.Errorf("pgbridge: cannot reach PostgreSQL: %w", err)
 	}
+	b.store = newStrategy(b)
 	if err := b.createSchema(ctx); err != nil {
 		b.cancel()
 		pool.Close()
