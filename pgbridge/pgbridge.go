@@ -283,6 +283,11 @@ var strategies = map[string]func(*Backend) strategy{
 	Lease:    func(b *Backend) strategy { return newLeaseStore(b) },
 }
 
+var (
+	_ strategy = (*advisory)(nil)
+	_ strategy = (*leaseStore)(nil)
+)
+
 // ValidSchema reports whether name can be Config.Schema: a plain SQL
 // identifier, used unquoted.
 func ValidSchema(name string) bool { return identifier.MatchString(name) }
