@@ -40,15 +40,6 @@
 //     that does the same, lease.go); locks survive restarts of lockproxy, at
 //     the price of a durable write per operation.
 //
-// One Backend serves both: a strategy (the interface in pgbridge.go;
-// advisory.go with holder.go, route.go, fence.go, horizon.go and
-// expiry.go, or lease.go) owns everything in which they differ: the lease
-// table's persistence and its own tables, its background work, the fast
-// paths of SET NX and of the catalogued scripts, what becomes of a write
-// on a key held beyond reach (advisory routes it; lease answers
-// TRYAGAIN), and its figures for metrics and INFO. New picks it; no other
-// code asks which strategy it has.
-//
 // Semantics come from package memory, the reference model: an operation
 // locks its keys' stripes in this process, the strategy prepares the keys
 // (advisory locks or transaction locks) and hands over their states, the
@@ -69,4 +60,14 @@
 // wait after a restart of PostgreSQL is as long as the longest TTL granted
 // just before it (plus 1 s), up to an hour: a lease longer than an hour is
 // not covered, and a crash of PostgreSQL loses it.
+//
+// The two strategies share one Backend (the stripes, the engine, the
+// KeySpace methods): a strategy (the interface in pgbridge.go; advisory.go
+// with holder.go, route.go, fence.go, horizon.go and expiry.go, or
+// lease.go) owns everything in which they differ: the lease table's
+// persistence and its own tables, its background work, the fast paths of
+// SET NX and of the catalogued scripts, what becomes of a write on a key
+// held beyond reach (advisory routes it; lease answers TRYAGAIN), and its
+// figures for metrics and INFO. New picks it; no other code asks which
+// strategy it has.
 package pgbridge
