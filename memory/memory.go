@@ -54,9 +54,9 @@ type entry struct {
 
 type shard struct {
 	mu      sync.Mutex
-	dbs     [keycmd.Databases]map[string]entry
-	peak    [keycmd.Databases]int // most entries each map held since it was last rebuilt
-	expired atomic.Uint64         // keys deleted because their deadline passed
+	dbs     [backend.Databases]map[string]entry
+	peak    [backend.Databases]int // most entries each map held since it was last rebuilt
+	expired atomic.Uint64          // keys deleted because their deadline passed
 }
 
 // New returns a Backend and starts its reaper.
@@ -84,7 +84,7 @@ func (b *Backend) shard(key string) *shard {
 }
 
 func checkDB(db int) error {
-	if db < 0 || db >= keycmd.Databases {
+	if db < 0 || db >= backend.Databases {
 		return fmt.Errorf("memory: database %d out of range", db)
 	}
 	return nil

@@ -3,7 +3,7 @@ package memory
 import (
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
+	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // Reaping follows Redis's active expiry: per tick, sample reapSample keys
@@ -42,7 +42,7 @@ func (b *Backend) reapOnce() int {
 	total := 0
 	for i := range b.shards {
 		sh := &b.shards[i]
-		for db := range keycmd.Databases {
+		for db := range backend.Databases {
 			for round := 0; ; round++ {
 				b.mu.RLock()
 				sh.mu.Lock()

@@ -24,7 +24,6 @@ import (
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
 // Strategies.
@@ -371,7 +370,7 @@ func sortKeys(keys []dbKey) []dbKey {
 }
 
 func checkDB(db int) error {
-	if db < 0 || db >= keycmd.Databases {
+	if db < 0 || db >= backend.Databases {
 		return fmt.Errorf("pgbridge: database %d out of range", db)
 	}
 	return nil
