@@ -12,10 +12,10 @@ import (
 // Each round holds one shard's mutex (under the read side of the store
 // lock) for a few microseconds, so the reaper never pauses the store: at
 // most reapSample*reapRounds keys per shard and database per tick, and a
-// map that emptied after a peak is rebuilt smaller (shard.shrink).
+// map that emptied after a peak is rebuilt smaller (model.Space.Shrink).
 //
 // Keys that are expired but not yet sampled are dead to every command
-// (shard.get judges each key by its deadline); the reaper only bounds the
+// (the model judges each key by its deadline); the reaper only bounds the
 // memory they hold, to about a third more than the live keys need.
 const (
 	reapSample = 20
@@ -46,10 +46,10 @@ func (b *Backend) reapOnce() int {
 			for round := 0; ; round++ {
 				b.mu.RLock()
 				sh.mu.Lock()
-				seen, expired := sh.sample(db, reapSample, time.Now().UnixMilli())
+				seen, expired := sh.sp.Sample(db, reapSample, time.Now().UnixMilli())
 				again := seen > 0 && expired*4 > seen && round+1 < reapRounds
 				if !again {
-					sh.shrink(db)
+					sh.sp.Shrink(db)
 				}
 				sh.mu.Unlock()
 				b.mu.RUnlock()
