@@ -66,11 +66,3 @@ func (b *Backend) all(db int, f func(v *model.View)) error {
 	f(b.view(time.Now().UnixMilli()))
 	return nil
 }
-
-// AtomicAt runs f alone over the whole store, its clock stopped at now.
-// Deprecated: pgbridge's last use goes in the next change.
-func (b *Backend) AtomicAt(now time.Time, f func(ks backend.KeySpace) error) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return f(b.view(now.UnixMilli()))
-}
