@@ -70,7 +70,7 @@ func (s *Space) Set(db int, key string, tok []byte, o backend.SetOptions, now in
 	case o.KeepTTL && live:
 		exp = cur.Deadline
 	case !o.Expiry.IsZero():
-		exp = Deadline(o.Expiry, now)
+		exp = deadline(o.Expiry, now)
 		if exp <= now {
 			delete(s.dbs[db], key)
 			return res
@@ -96,8 +96,8 @@ func setAllowed(o backend.SetOptions, cur Entry, live bool) bool {
 	return true
 }
 
-// Deadline is e's absolute expiry in Unix milliseconds for a write at now.
-func Deadline(e backend.Expiry, now int64) int64 {
+// deadline is e's absolute expiry in Unix milliseconds for a write at now.
+func deadline(e backend.Expiry, now int64) int64 {
 	if !e.At.IsZero() {
 		return e.At.UnixMilli()
 	}
@@ -144,7 +144,7 @@ func (s *Space) Expire(db int, key string, e backend.Expiry, cond backend.Expire
 	if !live {
 		return false
 	}
-	when := Deadline(e, now)
+	when := deadline(e, now)
 	if !expireAllowed(cond, cur.Deadline, when) {
 		return false
 	}

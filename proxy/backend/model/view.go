@@ -38,8 +38,8 @@ func (v *View) space(key string) *Space {
 	return v.Pick(key)
 }
 
-// CheckDB reports a database number outside [0, backend.Databases).
-func CheckDB(db int) error {
+// checkDB reports a database number outside [0, backend.Databases).
+func checkDB(db int) error {
 	if db < 0 || db >= backend.Databases {
 		return fmt.Errorf("model: database %d out of range", db)
 	}
@@ -48,7 +48,7 @@ func CheckDB(db int) error {
 
 // admit checks db and asks Admit about each key.
 func (v *View) admit(db int, keys ...string) error {
-	if err := CheckDB(db); err != nil {
+	if err := checkDB(db); err != nil {
 		return err
 	}
 	if v.Admit == nil {
@@ -142,7 +142,7 @@ func (v *View) Persist(_ context.Context, db int, key string) (bool, error) {
 
 // MSet implements backend.KeySpace.
 func (v *View) MSet(_ context.Context, db int, pairs []backend.KV, nx bool) (bool, error) {
-	if err := CheckDB(db); err != nil {
+	if err := checkDB(db); err != nil {
 		return false, err
 	}
 	if v.Admit != nil {
@@ -170,7 +170,7 @@ func (v *View) MSet(_ context.Context, db int, pairs []backend.KV, nx bool) (boo
 // DBSize implements backend.KeySpace: the live keys of db in the Spaces,
 // plus those Outside counts.
 func (v *View) DBSize(ctx context.Context, db int) (int64, error) {
-	if err := CheckDB(db); err != nil {
+	if err := checkDB(db); err != nil {
 		return 0, err
 	}
 	var n int64
