@@ -16,6 +16,11 @@
 //     emptied after a peak is rebuilt smaller, since Go maps never shrink;
 //   - databases 0 to 15 are separate key spaces.
 //
+// The rules are package model's: a shard is a model.Space behind a mutex,
+// and a script or a multi-key command runs on a model.View over every
+// shard's space, its clock stopped at its start. What memory adds is the
+// locking, the clock and the reaper's schedule.
+//
 // Concurrency: one RWMutex over the store and 64 shards with a mutex each.
 // A single-key command takes the read side and its shard's mutex, so
 // commands on different keys run in parallel and a check and its write

@@ -2,14 +2,13 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/backend/model"
 	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
@@ -30,6 +29,8 @@ type Backend struct {
 	mu     sync.RWMutex // write side: scripts and multi-key commands
 	seed   maphash.Seed
 	shards [numShards]shard
+	spaces []*model.Space                // the shards' spaces, for views
+	pick   func(key string) *model.Space // key's shard's space, for views
 	runner *luascripts.Runner
 
 	stop     chan struct{}
@@ -43,21 +44,7 @@ func (b *Backend) Immediate() {}
 var (
 	_ backend.Backend   = (*Backend)(nil)
 	_ backend.Immediate = (*Backend)(nil)
-	_ backend.KeySpace  = (*view)(nil)
 )
-
-// entry is one key's token and deadline (Unix milliseconds, 0 for none).
-type entry struct {
-	val []byte
-	exp int64
-}
-
-type shard struct {
-	mu      sync.Mutex
-	dbs     [keycmd.Databases]map[string]entry
-	peak    [keycmd.Databases]int // most entries each map held since it was last rebuilt
-	expired atomic.Uint64         // keys deleted because their deadline passed
-}
 
 // New returns a Backend and starts its reaper.
 func New(cfg Config) *Backend {
@@ -68,6 +55,11 @@ func New(cfg Config) *Backend {
 		cfg.ReapInterval = 100 * time.Millisecond
 	}
 	b := &Backend{seed: maphash.MakeSeed(), runner: cfg.Runner, stop: make(chan struct{}), done: make(chan struct{})}
+	b.spaces = make([]*model.Space, numShards)
+	for i := range b.shards {
+		b.spaces[i] = &b.shards[i].sp
+	}
+	b.pick = func(key string) *model.Space { return &b.shard(key).sp }
 	go b.reap(cfg.ReapInterval)
 	return b
 }
@@ -76,45 +68,6 @@ func New(cfg Config) *Backend {
 func (b *Backend) Close(context.Context) error {
 	b.stopOnce.Do(func() { close(b.stop) })
 	<-b.done
-	return nil
-}
-
-func (b *Backend) shard(key string) *shard {
-	return &b.shards[maphash.String(b.seed, key)%numShards]
-}
-
-func checkDB(db int) error {
-	if db < 0 || db >= keycmd.Databases {
-		return fmt.Errorf("memory: database %d out of range", db)
-	}
-	return nil
-}
-
-// lock takes key's shard under the read side of the store lock and
-// returns the time to judge expiry by; unlock releases both.
-func (b *Backend) lock(db int, key string) (*shard, int64, error) {
-	if err := checkDB(db); err != nil {
-		return nil, 0, err
-	}
-	b.mu.RLock()
-	sh := b.shard(key)
-	sh.mu.Lock()
-	return sh, time.Now().UnixMilli(), nil
-}
-
-func (b *Backend) unlock(sh *shard) {
-	sh.mu.Unlock()
-	b.mu.RUnlock()
-}
-
-// all runs f alone, under the write side of the store lock.
-func (b *Backend) all(db int, f func(v *view)) error {
-	if err := checkDB(db); err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	f(&view{b: b, now: time.Now().UnixMilli()})
 	return nil
 }
 
@@ -129,20 +82,7 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	v := &view{b: b, now: time.Now().UnixMilli()}
-	return b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: v, DB: db, RO: ro})
-}
-
-// AtomicAt runs f alone over the whole store, as Eval runs a script: ks
-// is the store as a script sees it (any database, any key), its clock
-// stopped at now, by which ks judges expiry and counts relative expiries.
-// ks is valid only until f returns. A backend that uses this store as its
-// in-process model (pgbridge) runs its operations here, at the time its
-// own clock gives them.
-func (b *Backend) AtomicAt(now time.Time, f func(ks backend.KeySpace) error) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return f(&view{b: b, now: now.UnixMilli()})
+	return b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: b.view(time.Now().UnixMilli()), DB: db, RO: ro})
 }
 
 // Set implements backend.KeySpace.
@@ -152,7 +92,7 @@ func (b *Backend) Set(_ context.Context, db int, key string, token []byte, o bac
 		return backend.SetResult{}, err
 	}
 	defer b.unlock(sh)
-	return sh.set(db, key, token, o, now), nil
+	return sh.sp.Set(db, key, token, o, now), nil
 }
 
 // Get implements backend.KeySpace.
@@ -162,8 +102,8 @@ func (b *Backend) Get(_ context.Context, db int, key string) ([]byte, bool, erro
 		return nil, false, err
 	}
 	defer b.unlock(sh)
-	e, ok := sh.get(db, key, now)
-	return e.val, ok, nil
+	e, ok := sh.sp.Get(db, key, now)
+	return e.Token, ok, nil
 }
 
 // Del implements backend.KeySpace.
@@ -174,9 +114,12 @@ func (b *Backend) Del(ctx context.Context, db int, keys []string) (n int64, err 
 			return 0, err
 		}
 		defer b.unlock(sh)
-		return sh.del(db, keys[0], now), nil
+		if sh.sp.Del(db, keys[0], now) {
+			return 1, nil
+		}
+		return 0, nil
 	}
-	err = b.all(db, func(v *view) { n, _ = v.Del(ctx, db, keys) })
+	err = b.all(db, func(v *model.View) { n, _ = v.Del(ctx, db, keys) })
 	return n, err
 }
 
@@ -187,7 +130,7 @@ func (b *Backend) DelIf(_ context.Context, db int, key string, cond backend.Cond
 		return false, err
 	}
 	defer b.unlock(sh)
-	return sh.delIf(db, key, cond, match, now), nil
+	return sh.sp.DelIf(db, key, cond, match, now), nil
 }
 
 // Exists implements backend.KeySpace.
@@ -198,12 +141,12 @@ func (b *Backend) Exists(ctx context.Context, db int, keys []string) (n int64, e
 			return 0, err
 		}
 		defer b.unlock(sh)
-		if _, ok := sh.get(db, keys[0], now); ok {
+		if _, ok := sh.sp.Get(db, keys[0], now); ok {
 			return 1, nil
 		}
 		return 0, nil
 	}
-	err = b.all(db, func(v *view) { n, _ = v.Exists(ctx, db, keys) })
+	err = b.all(db, func(v *model.View) { n, _ = v.Exists(ctx, db, keys) })
 	return n, err
 }
 
@@ -214,7 +157,7 @@ func (b *Backend) PTTL(_ context.Context, db int, key string) (int64, error) {
 		return 0, err
 	}
 	defer b.unlock(sh)
-	return sh.pttl(db, key, now), nil
+	return sh.sp.PTTL(db, key, now), nil
 }
 
 // Expire implements backend.KeySpace.
@@ -224,7 +167,7 @@ func (b *Backend) Expire(_ context.Context, db int, key string, e backend.Expiry
 		return false, err
 	}
 	defer b.unlock(sh)
-	return sh.expire(db, key, e, cond, now), nil
+	return sh.sp.Expire(db, key, e, cond, now), nil
 }
 
 // Persist implements backend.KeySpace.
@@ -234,18 +177,18 @@ func (b *Backend) Persist(_ context.Context, db int, key string) (bool, error) {
 		return false, err
 	}
 	defer b.unlock(sh)
-	return sh.persist(db, key, now), nil
+	return sh.sp.Persist(db, key, now), nil
 }
 
 // MSet implements backend.KeySpace.
 func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool) (ok bool, err error) {
-	err = b.all(db, func(v *view) { ok, _ = v.MSet(ctx, db, pairs, nx) })
+	err = b.all(db, func(v *model.View) { ok, _ = v.MSet(ctx, db, pairs, nx) })
 	return ok, err
 }
 
 // DBSize implements backend.KeySpace.
 func (b *Backend) DBSize(ctx context.Context, db int) (n int64, err error) {
-	err = b.all(db, func(v *view) { n, _ = v.DBSize(ctx, db) })
+	err = b.all(db, func(v *model.View) { n, _ = v.DBSize(ctx, db) })
 	return n, err
 }
 
@@ -260,13 +203,7 @@ func (b *Backend) HeldLocks() int64 {
 		b.mu.RLock() // scripts write under the write side, without shard locks
 		sh := &b.shards[i]
 		sh.mu.Lock()
-		for _, m := range sh.dbs {
-			for _, e := range m {
-				if e.exp == 0 || e.exp > now {
-					n++
-				}
-			}
-		}
+		n += sh.sp.CountAll(now)
 		sh.mu.Unlock()
 		b.mu.RUnlock()
 	}
@@ -275,11 +212,18 @@ func (b *Backend) HeldLocks() int64 {
 
 // ExpiredLocks counts the keys deleted because their deadline passed, by
 // the reaper or by a command that found them expired
-// (proxy.ExpiryCounter).
+// (proxy.ExpiryCounter). It reads each shard's count under its lock, as
+// HeldLocks does: the count lives in the shard's model.Space, which takes
+// no locks of its own.
 func (b *Backend) ExpiredLocks() uint64 {
 	var n uint64
 	for i := range b.shards {
-		n += b.shards[i].expired.Load()
+		b.mu.RLock()
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		n += sh.sp.Expired()
+		sh.mu.Unlock()
+		b.mu.RUnlock()
 	}
 	return n
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/proxy/backend/backendtest"
+	"github.com/lockproxy/lockproxy/proxy/backend/model"
 )
 
 func TestConformance(t *testing.T) {
@@ -52,8 +53,8 @@ func TestScriptClock(t *testing.T) {
 	defer b.Close(t.Context())
 	ctx := t.Context()
 	start := time.Now().UnixMilli()
-	b.shard("k").put(0, "k", entry{val: []byte("t"), exp: start - 5}) // dead by the wall clock
-	v := &view{b: b, now: start - 10}                                 // a script that began 10ms ago
+	b.shard("k").sp.Put(0, "k", model.Entry{Token: []byte("t"), Deadline: start - 5}) // dead by the wall clock
+	v := b.view(start - 10)                                                           // a script that began 10ms ago
 	if _, ok, _ := v.Get(ctx, 0, "k"); !ok {
 		t.Error("the script does not see a key live at its start")
 	}

@@ -3,7 +3,7 @@ package memory
 import (
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
+	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // Reaping follows Redis's active expiry: per tick, sample reapSample keys
@@ -12,10 +12,10 @@ import (
 // Each round holds one shard's mutex (under the read side of the store
 // lock) for a few microseconds, so the reaper never pauses the store: at
 // most reapSample*reapRounds keys per shard and database per tick, and a
-// map that emptied after a peak is rebuilt smaller (shard.shrink).
+// map that emptied after a peak is rebuilt smaller (model.Space.Shrink).
 //
 // Keys that are expired but not yet sampled are dead to every command
-// (shard.get judges each key by its deadline); the reaper only bounds the
+// (the model judges each key by its deadline); the reaper only bounds the
 // memory they hold, to about a third more than the live keys need.
 const (
 	reapSample = 20
@@ -42,14 +42,14 @@ func (b *Backend) reapOnce() int {
 	total := 0
 	for i := range b.shards {
 		sh := &b.shards[i]
-		for db := range keycmd.Databases {
+		for db := range backend.Databases {
 			for round := 0; ; round++ {
 				b.mu.RLock()
 				sh.mu.Lock()
-				seen, expired := sh.sample(db, reapSample, time.Now().UnixMilli())
+				seen, expired := sh.sp.Sample(db, reapSample, time.Now().UnixMilli())
 				again := seen > 0 && expired*4 > seen && round+1 < reapRounds
 				if !again {
-					sh.shrink(db)
+					sh.sp.Shrink(db)
 				}
 				sh.mu.Unlock()
 				b.mu.RUnlock()

@@ -17,9 +17,7 @@ func (b *Backend) stored() int {
 	defer b.mu.Unlock()
 	n := 0
 	for i := range b.shards {
-		for _, m := range b.shards[i].dbs {
-			n += len(m)
-		}
+		n += b.shards[i].sp.Stored()
 	}
 	return n
 }
@@ -86,40 +84,6 @@ func TestShrinkAfterPeak(t *testing.T) {
 			t.Errorf("heap after the burst expired = %d KiB; want near the base %d KiB (peak %d KiB)", after>>10, base>>10, peak>>10)
 		}
 	})
-}
-
-func TestShrink(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		peak, len int
-		want      bool
-	}{
-		{"never used", 0, 0, false},
-		{"small map", shrinkMin - 1, 10, false},
-		{"small map emptied", 10, 0, true},
-		{"still full", 4000, 1001, false},
-		{"quarter of peak", 4000, 1000, true},
-		{"empty", 4000, 0, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var sh shard
-			for i := range tc.peak {
-				sh.put(1, strconv.Itoa(i), entry{val: []byte("v")})
-			}
-			for i := tc.len; i < tc.peak; i++ {
-				delete(sh.dbs[1], strconv.Itoa(i))
-			}
-			if got := sh.shrink(1); got != tc.want {
-				t.Fatalf("shrink = %v; want %v", got, tc.want)
-			}
-			if len(sh.dbs[1]) != tc.len {
-				t.Errorf("%d entries after shrink; want %d", len(sh.dbs[1]), tc.len)
-			}
-			if tc.want && sh.peak[1] != tc.len {
-				t.Errorf("peak after shrink = %d; want %d", sh.peak[1], tc.len)
-			}
-		})
-	}
 }
 
 // heapPerLock holds n locks (key 21 bytes, token 22 bytes, with a TTL, as

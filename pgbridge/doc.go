@@ -40,11 +40,12 @@
 //     that does the same, lease.go); locks survive restarts of lockproxy, at
 //     the price of a durable write per operation.
 //
-// Semantics come from package memory, the reference model: an operation
-// locks its keys' stripes in this process, the strategy prepares the keys
-// (advisory locks or transaction locks) and hands over their states, the
-// operation or script runs on a scratch memory model loaded with them, and
-// what it changed is committed before the reply. A script is atomic over
+// Semantics come from package model (proxy/backend/model), whose rules the
+// memory backend follows too: an operation locks its keys' stripes in this
+// process, the strategy prepares the keys (advisory locks or transaction
+// locks) and hands over their states, the operation or script runs on a
+// small model space loaded with them (engine.go), and what it changed is
+// committed before the reply. A script is atomic over
 // its keys; one that touches keys it did not declare runs again with them
 // prepared. A commit that fails is a TRYAGAIN error, never a false success.
 //

@@ -22,9 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockproxy/lockproxy/luascripts"
-	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
 // Strategies.
@@ -67,9 +65,8 @@ type Config struct {
 type Backend struct {
 	cfg      Config
 	pool     *pgxpool.Pool
-	table    string                      // quoted schema.leases
-	instance string                      // random per process: this instance's name in lease rows and its NOTIFY channel
-	scratch  [numScratch]*memory.Backend // where operations run; see engine.go
+	table    string // quoted schema.leases
+	instance string // random per process: this instance's name in lease rows and its NOTIFY channel
 	runner   *luascripts.Runner
 	log      *slog.Logger
 	outage   outage // PostgreSQL unreachable: logged with backoff, its end once
@@ -90,11 +87,6 @@ var (
 // numStripes is the number of per-key mutexes: operations on keys of one
 // stripe run one after another, across their PostgreSQL round trips.
 const numStripes = 4096
-
-// numScratch is the number of scratch models operations run on: an
-// operation takes its whole model for the moment it runs, so several
-// models let operations on different keys run at once.
-const numScratch = 16
 
 // stripe serialises the operations on its keys and, in the advisory
 // strategy, guards the leases this process holds for them.
@@ -252,9 +244,6 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	for i := range b.stripes {
 		b.stripes[i].owned = make(map[dbKey]*held)
 	}
-	for i := range b.scratch {
-		b.scratch[i] = memory.New(memory.Config{Runner: cfg.Runner, ReapInterval: time.Hour})
-	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	if err := pool.Ping(ctx); err != nil {
 		b.cancel()
@@ -350,9 +339,6 @@ func (b *Backend) Close(ctx context.Context) error {
 	b.store.close()
 	b.wg.Wait()
 	b.pool.Close()
-	for _, m := range b.scratch {
-		m.Close(ctx)
-	}
 	return nil
 }
 
@@ -419,7 +405,7 @@ func sortKeys(keys []dbKey) []dbKey {
 }
 
 func checkDB(db int) error {
-	if db < 0 || db >= keycmd.Databases {
+	if db < 0 || db >= backend.Databases {
 		return fmt.Errorf("pgbridge: database %d out of range", db)
 	}
 	return nil

@@ -19,7 +19,6 @@ import (
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
 // Config configures a Backend.
@@ -123,7 +122,7 @@ var (
 type node struct {
 	addr    string
 	opt     *redis.Options
-	streams [keycmd.Databases]atomic.Pointer[stream]
+	streams [backend.Databases]atomic.Pointer[stream]
 	mu      sync.Mutex
 	closed  bool // under mu: Close ran; a stream made since is born closed
 	client  *redis.Client

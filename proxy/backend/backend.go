@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// Databases is the number of databases a key space has (0 to 15), as in
+// Redis's default configuration: SELECT chooses among them.
+const Databases = 16
+
 // Backend stores keys that each hold one token and an optional expiry
 // (SPEC §1), in numbered databases as selected with SELECT.
 //

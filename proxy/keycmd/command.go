@@ -9,9 +9,9 @@ import (
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
-// Databases is the number of databases SELECT may choose from (0 to 15), as
-// in Redis's default configuration.
-const Databases = 16
+// Databases is the number of databases SELECT may choose from
+// (backend.Databases).
+const Databases = backend.Databases
 
 // Command is one key command: its name, its arity in Redis's convention
 // (positive: exact argument count including the name; negative: at least

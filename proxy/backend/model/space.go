@@ -1,0 +1,207 @@
+package model
+
+import (
+	"bytes"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// Entry is one key's token and deadline.
+type Entry struct {
+	Token    []byte
+	Deadline int64 // Unix milliseconds; 0: none
+}
+
+// Live reports whether e is live at now (Unix milliseconds).
+func (e Entry) Live(now int64) bool { return e.Deadline == 0 || e.Deadline > now }
+
+// Space is a key space of backend.Databases databases. The zero Space is
+// empty and ready. It is not safe for concurrent use: the caller excludes
+// others while it calls a method. Every db argument must be in
+// [0, backend.Databases) (View checks it; a Space panics on another). Token
+// slices are kept as given and returned as kept: the caller owns their
+// immutability.
+type Space struct {
+	dbs     [backend.Databases]map[string]Entry
+	peak    [backend.Databases]int // most entries each map held since it was last rebuilt
+	expired uint64                 // keys deleted because their deadline passed
+}
+
+// Get returns key's live entry; a key past its deadline is deleted and
+// counted as expired.
+func (s *Space) Get(db int, key string, now int64) (Entry, bool) {
+	m := s.dbs[db]
+	e, ok := m[key]
+	if ok && !e.Live(now) {
+		delete(m, key)
+		s.expired++
+		return Entry{}, false
+	}
+	return e, ok
+}
+
+// Put writes e under key as it is, whatever was there (MSET, or a state
+// loaded from elsewhere).
+func (s *Space) Put(db int, key string, e Entry) {
+	m := s.dbs[db]
+	if m == nil {
+		m = make(map[string]Entry)
+		s.dbs[db] = m
+	}
+	m[key] = e
+	if n := len(m); n > s.peak[db] {
+		s.peak[db] = n
+	}
+}
+
+// Set is SET: it writes tok under o's condition at now.
+func (s *Space) Set(db int, key string, tok []byte, o backend.SetOptions, now int64) backend.SetResult {
+	cur, live := s.Get(db, key, now)
+	res := backend.SetResult{HadPrev: live}
+	if o.Get {
+		res.Prev = cur.Token
+	}
+	if !setAllowed(o, cur, live) {
+		return res
+	}
+	res.Written = true
+	var exp int64
+	switch {
+	case o.KeepTTL && live:
+		exp = cur.Deadline
+	case !o.Expiry.IsZero():
+		exp = deadline(o.Expiry, now)
+		if exp <= now {
+			delete(s.dbs[db], key)
+			return res
+		}
+	}
+	s.Put(db, key, Entry{Token: tok, Deadline: exp})
+	return res
+}
+
+// setAllowed reports whether SET's condition holds on the key's current
+// entry.
+func setAllowed(o backend.SetOptions, cur Entry, live bool) bool {
+	switch o.Cond {
+	case backend.IfAbsent:
+		return !live
+	case backend.IfPresent:
+		return live
+	case backend.IfEqual:
+		return live && bytes.Equal(cur.Token, o.Match)
+	case backend.IfNotEqual:
+		return !live || !bytes.Equal(cur.Token, o.Match)
+	}
+	return true
+}
+
+// deadline is e's absolute expiry in Unix milliseconds for a write at now.
+func deadline(e backend.Expiry, now int64) int64 {
+	if !e.At.IsZero() {
+		return e.At.UnixMilli()
+	}
+	return now + e.TTL.Milliseconds()
+}
+
+// Del removes key and reports whether it was live.
+func (s *Space) Del(db int, key string, now int64) bool {
+	if _, ok := s.Get(db, key, now); ok {
+		delete(s.dbs[db], key)
+		return true
+	}
+	return false
+}
+
+// DelIf removes a live key whose token compares as cond (IfEqual or
+// IfNotEqual) with match, and reports whether it did.
+func (s *Space) DelIf(db int, key string, cond backend.Cond, match []byte, now int64) bool {
+	cur, live := s.Get(db, key, now)
+	if !live || bytes.Equal(cur.Token, match) != (cond == backend.IfEqual) {
+		return false
+	}
+	delete(s.dbs[db], key)
+	return true
+}
+
+// PTTL is the milliseconds key has left: -2 when it is absent, -1 when it
+// has no deadline.
+func (s *Space) PTTL(db int, key string, now int64) int64 {
+	cur, live := s.Get(db, key, now)
+	switch {
+	case !live:
+		return -2
+	case cur.Deadline == 0:
+		return -1
+	}
+	return cur.Deadline - now
+}
+
+// Expire is EXPIRE and PEXPIRE: it sets a live key's deadline under cond
+// and reports whether it did; a deadline at or before now deletes the key.
+func (s *Space) Expire(db int, key string, e backend.Expiry, cond backend.ExpireCond, now int64) bool {
+	cur, live := s.Get(db, key, now)
+	if !live {
+		return false
+	}
+	when := deadline(e, now)
+	if !expireAllowed(cond, cur.Deadline, when) {
+		return false
+	}
+	if when <= now {
+		delete(s.dbs[db], key)
+		return true
+	}
+	cur.Deadline = when
+	s.dbs[db][key] = cur
+	return true
+}
+
+// expireAllowed reports whether EXPIRE's condition lets deadline cur (0:
+// none, which counts as infinite) become when.
+func expireAllowed(cond backend.ExpireCond, cur, when int64) bool {
+	switch cond {
+	case backend.ExpireNX:
+		return cur == 0
+	case backend.ExpireXX:
+		return cur != 0
+	case backend.ExpireGT:
+		return cur != 0 && when > cur
+	case backend.ExpireLT:
+		return cur == 0 || when < cur
+	case backend.ExpireLTXX:
+		return cur != 0 && when < cur
+	}
+	return true
+}
+
+// Persist removes a live key's deadline and reports whether it had one.
+func (s *Space) Persist(db int, key string, now int64) bool {
+	cur, live := s.Get(db, key, now)
+	if !live || cur.Deadline == 0 {
+		return false
+	}
+	cur.Deadline = 0
+	s.dbs[db][key] = cur
+	return true
+}
+
+// Count counts the live keys of db at now, deleting none.
+func (s *Space) Count(db int, now int64) int64 {
+	var n int64
+	for _, e := range s.dbs[db] {
+		if e.Live(now) {
+			n++
+		}
+	}
+	return n
+}
+
+// CountAll counts the live keys of every database at now, deleting none.
+func (s *Space) CountAll(now int64) int64 {
+	var n int64
+	for db := range s.dbs {
+		n += s.Count(db, now)
+	}
+	return n
+}
