@@ -221,7 +221,7 @@ func (b *Backend) dbSize(ctx context.Context, db int, except [][]byte) (int64, e
 	return n, err
 }
 
-// Eval implements backend.Backend: the script runs on the scratch model
+// Eval implements backend.Backend: the script runs on the round's model space
 // over its prepared keys, atomically; a key it touches without declaring
 // it in KEYS makes it run again with that key prepared.
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
