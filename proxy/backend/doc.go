@@ -9,7 +9,12 @@
 //   - Value, one Redis reply independent of the wire protocol (RESP2 or
 //     RESP3 is chosen when the proxy writes it);
 //   - the exact Redis reply texts (replies.go), so a client that matches on
-//     an error string sees what a real Redis 7 would send.
+//     an error string sees what a real Redis 7 would send;
+//   - Databases, the number of databases every layer serves (0 to 15).
+//
+// Two leaves hang below it: package model is the lock model as pure logic
+// (the rules memory and pgbridge run on), and package backendtest is the
+// conformance suite every Backend passes.
 //
 // The lock model (SPEC §1): a key holds at most one token and an optional
 // expiry. Absent and expired keys are the same thing to every caller.
