@@ -12,6 +12,7 @@ import (
 // testdata/fuzz/FuzzDecode): it never panics; a reply it accepts has only
 // incomplete prefixes, decodes the same alone, and survives a round trip
 // through the encoder; the Reader, fed a byte or a few at a time, agrees.
+// Run it with -fuzzminimizetime 3s: minimizing a large input takes long.
 func FuzzDecode(f *testing.F) {
 	for _, d := range decodings {
 		f.Add([]byte(d.in))
