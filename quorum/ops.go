@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -486,9 +487,10 @@ func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
 	return n[len(n)/2], nil
 }
 
-// sameValue reports whether two replies are the same reply.
+// sameValue reports whether two replies are the same reply. Doubles
+// compare by their bits: a NaN is the same reply as itself.
 func sameValue(a, b backend.Value) bool {
-	if a.Kind != b.Kind || a.Int != b.Int || a.Float != b.Float || !bytes.Equal(a.Str, b.Str) || len(a.Elems) != len(b.Elems) {
+	if a.Kind != b.Kind || a.Int != b.Int || math.Float64bits(a.Float) != math.Float64bits(b.Float) || !bytes.Equal(a.Str, b.Str) || len(a.Elems) != len(b.Elems) {
 		return false
 	}
 	for i := range a.Elems {
