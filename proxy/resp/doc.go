@@ -4,6 +4,9 @@
 // front end's request framing (proxy/limits.go) shares with the reply
 // decoder. It is a leaf: it imports the standard library, proxy/backend
 // (Value is what it encodes and decodes) and redcon, nothing else of ours.
+// It sits beside proxy/backend for the same reason: the front end and the
+// backends (quorum, luascripts' number formatting) both import it, and
+// neither may import the other.
 //
 // What is redcon's and what is ours:
 //   - redcon's Append* write the RESP2 shapes they cover byte for byte as
