@@ -2,9 +2,10 @@ package luascripts
 
 import (
 	"math"
-	"strconv"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/lockproxy/lockproxy/proxy/resp"
 )
 
 // The base functions below replace gopher-lua's where Redis's Lua behaves
@@ -77,27 +78,11 @@ func toString(v lua.LValue) string {
 }
 
 // numberString renders a number as Lua 5.1 does ("%.14g").
-func numberString(n lua.LNumber) string { return formatFloat(float64(n), 14) }
+func numberString(n lua.LNumber) string { return resp.FormatFloat(float64(n), 14) }
 
 // formatNumber renders a number as Redis does when it passes one to a
 // command ("%.17g").
-func formatNumber(n lua.LNumber) string { return formatFloat(float64(n), 17) }
-
-// formatFloat is C's "%.<prec>g" as glibc prints it.
-func formatFloat(f float64, prec int) string {
-	switch {
-	case math.IsInf(f, 1):
-		return "inf"
-	case math.IsInf(f, -1):
-		return "-inf"
-	case math.IsNaN(f):
-		if math.Signbit(f) {
-			return "-nan"
-		}
-		return "nan"
-	}
-	return strconv.FormatFloat(f, 'g', prec, 64)
-}
+func formatNumber(n lua.LNumber) string { return resp.FormatFloat(float64(n), 17) }
 
 // toInteger is C's (long long) cast on x86-64, which Redis applies to a
 // number a script returns: out of range and NaN give the minimum.

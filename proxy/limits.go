@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/resp"
 )
 
 // Redis's own request limits that lockproxy applies as Redis does
@@ -207,7 +208,7 @@ func (f *framing) header(authed bool) string {
 	if f.state == fLength {
 		digits = digits[1:] // the '$'
 	}
-	n, ok := parseLength(digits)
+	n, ok := resp.ParseLength(digits)
 	ok = ok && f.hdrLen <= len(f.hdr)
 	lineBytes := int64(f.hdrLen) + 1
 	if f.state == fCount {
@@ -230,33 +231,6 @@ func (f *framing) header(authed bool) string {
 	f.size += lineBytes + n + 2
 	f.state, f.body = fBody, n+2
 	return ""
-}
-
-// parseLength parses a count or length line ("12\r" without its '\n') as
-// Redis does: decimal, no sign but '-', no leading zeros, a trailing '\r'.
-func parseLength(b []byte) (int64, bool) {
-	if len(b) < 2 || b[len(b)-1] != '\r' {
-		return 0, false
-	}
-	b = b[:len(b)-1]
-	neg := b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 || len(b) > 18 || (b[0] == '0' && len(b) > 1) {
-		return 0, false
-	}
-	var n int64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
 }
 
 // quoted reports whether the inline command at the start of b has quotes

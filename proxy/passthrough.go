@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/resp"
 )
 
 // Upstream is the Redis that Config.Passthrough forwards to.
@@ -148,7 +149,7 @@ func (cl *client) forward(ctx context.Context, args [][]byte) ([]byte, error) {
 		}
 		up.db = cl.db
 	}
-	if _, err := up.conn.Write(appendCommand(nil, args)); err != nil {
+	if _, err := up.conn.Write(resp.AppendCommand(nil, args)); err != nil {
 		return nil, err
 	}
 	var err error
@@ -165,7 +166,7 @@ func (up *upstreamConn) setup(ctx context.Context, args ...string) error {
 	for i, a := range args {
 		bs[i] = []byte(a)
 	}
-	if _, err := up.conn.Write(appendCommand(nil, bs)); err != nil {
+	if _, err := up.conn.Write(resp.AppendCommand(nil, bs)); err != nil {
 		return err
 	}
 	reply, err := appendReply(up.rd, nil)
@@ -213,15 +214,6 @@ func (cl *client) closeUpstream() {
 		cl.up.conn.Close()
 		cl.up = nil
 	}
-}
-
-// appendCommand renders args as a RESP array of bulk strings.
-func appendCommand(b []byte, args [][]byte) []byte {
-	b = appendHeader(b, '*', len(args))
-	for _, a := range args {
-		b = appendBulk(b, '$', a)
-	}
-	return b
 }
 
 // errUpstreamProtocol: the upstream sent something that is not RESP.

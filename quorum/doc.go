@@ -34,4 +34,8 @@
 // can still act on a lock it lost. Scripts that acquire are recognised by
 // what they do on the nodes (see Eval). Not done yet (issue #3): batching
 // concurrent clients' commands per node into shared round trips.
+//
+// Node connections speak RESP3 through proxy/resp: resp.Request encodes
+// the commands, resp.Reader decodes the replies with their exact types,
+// and a reply that is not RESP ends the connection (resp.ErrProtocol).
 package quorum

@@ -93,43 +93,43 @@ func evalRequest(s backend.Script, keys []string, args [][]byte, ro, watch, eval
 	r := &req{}
 	mget := 0
 	if watch {
-		r.cmds.cmd(1 + len(keys))
-		r.cmds.arg("mget")
+		r.cmds.Cmd(1 + len(keys))
+		r.cmds.Arg("mget")
 		for _, k := range keys {
-			r.cmds.arg(k)
+			r.cmds.Arg(k)
 		}
-		mget = len(r.cmds.b)
+		mget = len(r.cmds.B)
 	}
-	r.cmds.cmd(3 + len(keys) + len(args))
+	r.cmds.Cmd(3 + len(keys) + len(args))
 	switch {
 	case eval && ro:
-		r.cmds.arg("eval_ro")
+		r.cmds.Arg("eval_ro")
 	case eval:
-		r.cmds.arg("eval")
+		r.cmds.Arg("eval")
 	case ro:
-		r.cmds.arg("evalsha_ro")
+		r.cmds.Arg("evalsha_ro")
 	default:
-		r.cmds.arg("evalsha")
+		r.cmds.Arg("evalsha")
 	}
 	if eval {
-		r.cmds.arg(s.Src)
+		r.cmds.Arg(s.Src)
 	} else {
-		r.cmds.arg(s.SHA1)
+		r.cmds.Arg(s.SHA1)
 	}
-	r.cmds.argInt(int64(len(keys)))
+	r.cmds.ArgInt(int64(len(keys)))
 	for _, k := range keys {
-		r.cmds.arg(k)
+		r.cmds.Arg(k)
 	}
 	for _, a := range args {
-		r.cmds.argBytes(a)
+		r.cmds.ArgBytes(a)
 	}
 	if watch {
-		r.cmds.b = append(r.cmds.b, r.cmds.b[:mget]...) // the same MGET after
-		r.cmds.n++
+		r.cmds.B = append(r.cmds.B, r.cmds.B[:mget]...) // the same MGET after
+		r.cmds.N++
 		for _, k := range keys { // and each key's TTL as the script left it
-			r.cmds.cmd(2)
-			r.cmds.arg("pttl")
-			r.cmds.arg(k)
+			r.cmds.Cmd(2)
+			r.cmds.Arg("pttl")
+			r.cmds.Arg(k)
 		}
 	}
 	return r
@@ -208,7 +208,7 @@ func (b *Backend) undoCreated(ctx context.Context, db int, created []map[string]
 			if reqs[i] == nil {
 				reqs[i] = &req{}
 			}
-			reqs[i].cmds.runScript(delIfScript, true, []string{k}, []byte(tok), []byte("eq"))
+			runScript(&reqs[i].cmds, delIfScript, true, []string{k}, []byte(tok), []byte("eq"))
 			reqs[i].undo = append(reqs[i].undo, undoRec{key: k, token: tok})
 		}
 	}

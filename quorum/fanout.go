@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/resp"
 )
 
 // nodeReply is one node's answer to an operation: its replies, in order,
@@ -25,7 +26,7 @@ func (r nodeReply) failed() bool { return r.err != nil }
 
 // req is what one node is sent: encoded commands, one reply each.
 type req struct {
-	cmds cmdBuf
+	cmds resp.Request
 	undo []undoRec // owner-checked deletes: sent again on a new connection if this one breaks unanswered
 }
 
@@ -87,9 +88,9 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 	o := &op{replies: make([]nodeReply, n), calls: make([]*call, n), left: n, wake: make(chan struct{}, 1)}
 	send := func(i int, r *req) {
 		s := b.nodes[i].stream(db, &b.cfg)
-		cl := &call{o: o, s: s, node: i, n: r.cmds.n, vals: make([]backend.Value, 0, r.cmds.n), undo: r.undo, sent: time.Now()}
+		cl := &call{o: o, s: s, node: i, n: r.cmds.N, vals: make([]backend.Value, 0, r.cmds.N), undo: r.undo, sent: time.Now()}
 		o.calls[i] = cl
-		s.send(cl, r.cmds.b)
+		s.send(cl, r.cmds.B)
 	}
 	for i := range n {
 		r := reqFor(i)

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/resp"
 )
 
 // setScript is SET with every condition of the model, run on each node so
@@ -42,21 +44,21 @@ func condName(c backend.Cond) string {
 
 // runScript encodes one of the proxy's scripts: EVALSHA, or EVAL when
 // eval is set.
-func (c *cmdBuf) runScript(s *nodeScript, eval bool, keys []string, args ...[]byte) {
-	c.cmd(3 + len(keys) + len(args))
+func runScript(c *resp.Request, s *nodeScript, eval bool, keys []string, args ...[]byte) {
+	c.Cmd(3 + len(keys) + len(args))
 	if eval {
-		c.arg("eval")
-		c.arg(s.src)
+		c.Arg("eval")
+		c.Arg(s.src)
 	} else {
-		c.arg("evalsha")
-		c.arg(s.sha)
+		c.Arg("evalsha")
+		c.Arg(s.sha)
 	}
-	c.argInt(int64(len(keys)))
+	c.ArgInt(int64(len(keys)))
 	for _, k := range keys {
-		c.arg(k)
+		c.Arg(k)
 	}
 	for _, a := range args {
-		c.argBytes(a)
+		c.ArgBytes(a)
 	}
 }
 
@@ -68,7 +70,7 @@ func scriptFallback(s *nodeScript, keys []string, args ...[]byte) func(int, node
 			return nil
 		}
 		nr := &req{}
-		nr.cmds.runScript(s, true, keys, args...)
+		runScript(&nr.cmds, s, true, keys, args...)
 		return nr
 	}
 }
@@ -192,7 +194,7 @@ func setRequest(key string, token []byte, o backend.SetOptions, plain bool, mode
 	r := &req{}
 	if !plain {
 		args := [][]byte{token, []byte(condName(o.Cond)), o.Match, []byte(mode), strconv.AppendInt(nil, val, 10)}
-		r.cmds.runScript(setScript, false, []string{key}, args...)
+		runScript(&r.cmds, setScript, false, []string{key}, args...)
 		return r, scriptFallback(setScript, []string{key}, args...)
 	}
 	argc := 3
@@ -205,22 +207,22 @@ func setRequest(key string, token []byte, o backend.SetOptions, plain bool, mode
 	case "keepttl":
 		argc++
 	}
-	r.cmds.cmd(argc)
-	r.cmds.arg("set")
-	r.cmds.arg(key)
-	r.cmds.argBytes(token)
+	r.cmds.Cmd(argc)
+	r.cmds.Arg("set")
+	r.cmds.Arg(key)
+	r.cmds.ArgBytes(token)
 	switch o.Cond {
 	case backend.IfAbsent:
-		r.cmds.arg("nx")
+		r.cmds.Arg("nx")
 	case backend.IfPresent:
-		r.cmds.arg("xx")
+		r.cmds.Arg("xx")
 	}
 	switch mode {
 	case "px", "pxat":
-		r.cmds.arg(mode)
-		r.cmds.argInt(val)
+		r.cmds.Arg(mode)
+		r.cmds.ArgInt(val)
 	case "keepttl":
-		r.cmds.arg(mode)
+		r.cmds.Arg(mode)
 	}
 	return r, nil
 }
@@ -258,7 +260,7 @@ func (b *Backend) drift(ttl time.Duration) time.Duration {
 // connection is replaced.
 func (b *Backend) undo(ctx context.Context, db int, key string, token []byte) {
 	r := &req{undo: []undoRec{{key: key, token: string(token)}}}
-	r.cmds.runScript(delIfScript, false, []string{key}, token, []byte("eq"))
+	runScript(&r.cmds, delIfScript, false, []string{key}, token, []byte("eq"))
 	b.fanout(context.WithoutCancel(ctx), db, same(r), scriptFallback(delIfScript, []string{key}, token, []byte("eq")))
 }
 
@@ -311,7 +313,7 @@ func (b *Backend) voteOne(replies []nodeReply) (backend.Value, bool) {
 // do runs one command on every node.
 func (b *Backend) do(ctx context.Context, db int, args ...string) []nodeReply {
 	r := &req{}
-	r.cmds.strs(args...)
+	r.cmds.Strs(args...)
 	return b.fanout(ctx, db, same(r), nil)
 }
 
@@ -381,7 +383,7 @@ func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Co
 	defer b.lockKeys(key)()
 	r := &req{}
 	c := []byte(condName(cond))
-	r.cmds.runScript(delIfScript, false, []string{key}, match, c)
+	runScript(&r.cmds, delIfScript, false, []string{key}, match, c)
 	return b.voteBool(b.fanout(ctx, db, same(r), scriptFallback(delIfScript, []string{key}, match, c)))
 }
 
@@ -483,4 +485,18 @@ func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
 	}
 	slices.Sort(n)
 	return n[len(n)/2], nil
+}
+
+// sameValue reports whether two replies are the same reply. Doubles
+// compare by their bits: a NaN is the same reply as itself.
+func sameValue(a, b backend.Value) bool {
+	if a.Kind != b.Kind || a.Int != b.Int || math.Float64bits(a.Float) != math.Float64bits(b.Float) || !bytes.Equal(a.Str, b.Str) || len(a.Elems) != len(b.Elems) {
+		return false
+	}
+	for i := range a.Elems {
+		if !sameValue(a.Elems[i], b.Elems[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -1,7 +1,6 @@
 package quorum
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/resp"
 )
 
 // stream is the proxy's one connection to one database of one node,
@@ -272,7 +272,7 @@ func (s *stream) fail(err error, st streamState) {
 
 // serve runs the connection until it breaks: a writer goroutine, and the
 // reader here.
-func (s *stream) serve(conn net.Conn, br *bufio.Reader) error {
+func (s *stream) serve(conn net.Conn, br *resp.Reader) error {
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		// close ran while conn was being set up, before it was stored
@@ -331,9 +331,9 @@ func (s *stream) writeLoop(conn net.Conn, quit <-chan struct{}) {
 	}
 }
 
-func (s *stream) readLoop(br *bufio.Reader) error {
+func (s *stream) readLoop(br *resp.Reader) error {
 	for {
-		v, err := readValue(br)
+		v, err := br.ReadValue()
 		if err != nil {
 			return err
 		}
@@ -369,7 +369,7 @@ func (s *stream) readLoop(br *bufio.Reader) error {
 // the database, the proxy's scripts; then, before the connection may carry
 // anything else, the replaced connections are killed and the undos of
 // unknown outcome are sent again.
-func (s *stream) connect() (net.Conn, *bufio.Reader, error) {
+func (s *stream) connect() (net.Conn, *resp.Reader, error) {
 	timeout := 4 * s.cfg.NodeTimeout
 	ctx, cancel := context.WithTimeout(s.ctx, timeout)
 	defer cancel()
@@ -380,22 +380,22 @@ func (s *stream) connect() (net.Conn, *bufio.Reader, error) {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	conn.SetDeadline(time.Now().Add(timeout))
-	br := bufio.NewReaderSize(conn, 32<<10)
+	br := resp.NewReader(conn, 32<<10)
 
-	var c cmdBuf
+	var c resp.Request
 	if s.opt.Password != "" {
 		user := s.opt.Username
 		if user == "" {
 			user = "default"
 		}
-		c.strs("hello", "3", "auth", user, s.opt.Password, "setname", "lockproxy")
+		c.Strs("hello", "3", "auth", user, s.opt.Password, "setname", "lockproxy")
 	} else {
-		c.strs("hello", "3", "setname", "lockproxy")
+		c.Strs("hello", "3", "setname", "lockproxy")
 	}
-	c.strs("info", "server")
-	c.strs("select", fmt.Sprint(s.db))
-	c.strs("script", "load", setScript.src)
-	c.strs("script", "load", delIfScript.src)
+	c.Strs("info", "server")
+	c.Strs("select", fmt.Sprint(s.db))
+	c.Strs("script", "load", setScript.src)
+	c.Strs("script", "load", delIfScript.src)
 	vals, err := roundTrip(conn, br, &c)
 	if err != nil {
 		conn.Close()
@@ -427,16 +427,16 @@ func (s *stream) connect() (net.Conn, *bufio.Reader, error) {
 		s.mu.Unlock()
 	}
 	if len(kill)+len(redo) > 0 {
-		c = cmdBuf{}
+		c = resp.Request{}
 		for _, k := range kill {
-			c.cmd(4)
-			c.arg("client")
-			c.arg("kill")
-			c.arg("id")
-			c.argInt(k)
+			c.Cmd(4)
+			c.Arg("client")
+			c.Arg("kill")
+			c.Arg("id")
+			c.ArgInt(k)
 		}
 		for _, u := range redo {
-			c.strs("eval", delIfScript.src, "1", u.key, u.token, "eq")
+			c.Strs("eval", delIfScript.src, "1", u.key, u.token, "eq")
 		}
 		vals, err := roundTrip(conn, br, &c)
 		if err != nil {
@@ -492,13 +492,13 @@ func (s *stream) dial(ctx context.Context) (net.Conn, error) {
 }
 
 // roundTrip writes c and reads its replies: connection setup only.
-func roundTrip(conn net.Conn, br *bufio.Reader, c *cmdBuf) ([]backend.Value, error) {
-	if _, err := conn.Write(c.b); err != nil {
+func roundTrip(conn net.Conn, br *resp.Reader, c *resp.Request) ([]backend.Value, error) {
+	if _, err := conn.Write(c.B); err != nil {
 		return nil, err
 	}
-	vals := make([]backend.Value, c.n)
+	vals := make([]backend.Value, c.N)
 	for i := range vals {
-		v, err := readValue(br)
+		v, err := br.ReadValue()
 		if err != nil {
 			return nil, err
 		}
