@@ -33,7 +33,33 @@ const maxNumLine = 20
 // error means b holds only the start of a reply (or nothing): call again
 // with more bytes. An error is ErrProtocol.
 func Decode(b []byte) (v backend.Value, n int, err error) {
-	return decode(b, 0)
+	if aggregate(b) {
+		return decodeWhole(b)
+	}
+	return decode(b, 0) // a scalar allocates only once it is whole
+}
+
+// decodeWhole decodes an aggregate once a scan found its end.
+func decodeWhole(b []byte) (backend.Value, int, error) {
+	var stack [16]int64 // pending's first array: Decode allocates nothing for a reply it does not take
+	_, n, err := (scanner{pending: stack[:0]}).scan(b)
+	if n == 0 {
+		return backend.Value{}, 0, err
+	}
+	return decode(b[:n], 0)
+}
+
+// aggregate reports whether b starts with an aggregate's header: a reply
+// that is scanned to its end before it is decoded (scan.go).
+func aggregate(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	switch b[0] {
+	case '*', '~', '%', '|':
+		return true
+	}
+	return false
 }
 
 func decode(b []byte, depth int) (backend.Value, int, error) {
@@ -117,26 +143,21 @@ func decodeLine(typ byte, body []byte) (backend.Value, bool) {
 // of size bytes whose header line took hdr bytes. A negative size is the
 // nil reply.
 func decodeString(b []byte, typ byte, hdr int, size int64) (backend.Value, int, error) {
+	n, _, err := stringEnd(b, typ, hdr, size)
 	switch {
-	case size > MaxBulk, typ == '=' && size >= 0 && size < 4: // a verbatim string starts "txt:"
-		return backend.Value{}, 0, ErrProtocol
+	case n == 0:
+		return backend.Value{}, 0, err
 	case size < 0:
-		return backend.NilValue, hdr, nil
+		return backend.NilValue, n, nil
 	}
-	end := hdr + int(size)
-	if len(b) < end+2 {
-		return backend.Value{}, 0, nil
-	}
-	if b[end] != '\r' || b[end+1] != '\n' {
-		return backend.Value{}, 0, ErrProtocol
-	}
+	end := n - 2
 	switch typ {
 	case '!':
-		return backend.Value{Kind: backend.KindError, Str: bytes.Clone(b[hdr:end])}, end + 2, nil
+		return backend.Value{Kind: backend.KindError, Str: bytes.Clone(b[hdr:end])}, n, nil
 	case '=':
-		return backend.Value{Kind: backend.KindVerbatim, Str: bytes.Clone(b[hdr+4 : end])}, end + 2, nil
+		return backend.Value{Kind: backend.KindVerbatim, Str: bytes.Clone(b[hdr+4 : end])}, n, nil
 	}
-	return backend.Bulk(bytes.Clone(b[hdr:end])), end + 2, nil
+	return backend.Bulk(bytes.Clone(b[hdr:end])), n, nil
 }
 
 // decodeAggregate decodes an array, set, map or attribute of count
@@ -157,7 +178,7 @@ func decodeAggregate(b []byte, typ byte, hdr int, count int64, depth int) (backe
 	case '%', '|':
 		kind, count = backend.KindMap, 2*count
 	}
-	if int64(len(b)-hdr) < 3*count { // each element takes 3 bytes at least: no slice before they are here
+	if int64(len(b)-hdr) < 3*count { // each element takes 3 bytes at least (decode sees scanned replies: a defence)
 		return backend.Value{}, 0, nil
 	}
 	elems := make([]backend.Value, count)

@@ -34,9 +34,12 @@
 //     proto-max-bulk-len default), an aggregate at most MaxElems elements,
 //     nesting at most MaxDepth levels. Past them, and on anything that is
 //     not RESP, the decoder returns ErrProtocol: the stream cannot be
-//     trusted past it. An aggregate's element slice is allocated only once
-//     the buffer holds enough bytes for its elements (3 each at least), so
-//     a header alone costs nothing.
+//     trusted past it. An aggregate is scanned to its end, allocating
+//     nothing, before it is decoded (scan.go): an incomplete reply costs
+//     no allocation however its headers nest, and what a complete one
+//     allocates stands for its own bytes (3 at least a Value). Reader
+//     resumes its scan after each read, so a reply that arrives in many
+//     reads is scanned and decoded once.
 //   - RESP3 attributes ('|') are read and dropped: the Value is the reply
 //     they describe. A double ",-nan" (what Redis 7 sends for 0/0 in a
 //     script) decodes to a NaN with its sign bit set.

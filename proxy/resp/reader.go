@@ -9,12 +9,15 @@ import (
 // Reader decodes replies from an io.Reader, for a goroutine that owns a
 // connection: Decode over a buffer it fills as a reply needs. It reads as
 // much as the connection has, so one read brings many pipelined replies.
+// A reply that takes many reads is scanned on from where the last read
+// left it and decoded once, when complete (scan.go).
 type Reader struct {
 	rd   io.Reader
 	buf  []byte // buf[r:] is read and not yet decoded
 	r    int
 	size int // the buffer's usual capacity
 	err  error
+	sc   scanner // the scan of the reply at buf[r:], resumed after each fill
 }
 
 // NewReader returns a Reader over rd with a buffer of size bytes, which
@@ -28,7 +31,7 @@ func NewReader(rd io.Reader, size int) *Reader {
 func (r *Reader) ReadValue() (backend.Value, error) {
 	for {
 		if r.r < len(r.buf) {
-			v, n, err := Decode(r.buf[r.r:])
+			v, n, err := r.next()
 			if err != nil {
 				return backend.Value{}, err
 			}
@@ -41,6 +44,21 @@ func (r *Reader) ReadValue() (backend.Value, error) {
 			return backend.Value{}, err
 		}
 	}
+}
+
+// next decodes the reply at buf[r:] once it is whole: a scalar at once
+// (it allocates only then), an aggregate after scanning on to its end.
+func (r *Reader) next() (backend.Value, int, error) {
+	b := r.buf[r.r:]
+	if !aggregate(b) {
+		return decode(b, 0)
+	}
+	var n int
+	var err error
+	if r.sc, n, err = r.sc.scan(b); n == 0 {
+		return backend.Value{}, 0, err
+	}
+	return decode(b[:n], 0)
 }
 
 // consume drops n decoded bytes; an emptied buffer that grew for a large
