@@ -17,7 +17,7 @@ var (
 	other = []byte("other")
 )
 
-// state is a key's entry in a test table; nil is absent.
+// live is a key's entry in a test table (nil, where one is expected, is absent).
 func live(t []byte, deadline int64) *Entry { return &Entry{Token: t, Deadline: deadline} }
 
 // with returns a Space holding key "k" of db 3 as cur (nil: absent).
