@@ -128,6 +128,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	srv := proxy.New(proxy.Config{
 		RequirePass: cfg.RequirePass, Users: cfg.Users.proxyUsers(), MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, Passthrough: up, BackendName: cfg.Backend, Logger: log, Registerer: reg,
+		DataPath: cfg.dataPath(),
 	}, b)
 	if cfg.AdminListen != "" {
 		admin, err := net.Listen("tcp", cfg.AdminListen)
@@ -187,7 +188,7 @@ func startFields(cfg Config, addr string, tlsOn bool, warnings []string) []any {
 		start = append(start, "postgres_strategy", cfg.PostgresStrategy, "postgres_dsn", maskDSN(cfg.PostgresDSN))
 	}
 	return append(start, "requirepass", cfg.RequirePass != "", "users", cfg.Users.names(),
-		"passthrough", maskURL(cfg.Passthrough), "migrate_from", migrate.MaskURL(cfg.MigrateFrom), "tls", tlsOn, "client_certs", cfg.TLSCACertFile != "",
+		"passthrough", maskURL(cfg.Passthrough), "migrate_from", migrate.MaskURL(cfg.MigrateFrom), "tls", tlsOn, "client_certs", cfg.TLSCACertFile != "", "data_path", cfg.dataPath(),
 		"warnings", strings.Join(warnings, "; "))
 }
 
