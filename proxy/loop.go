@@ -181,9 +181,11 @@ func (lc *loopConn) serve(buf []byte) (int, gnet.Action) {
 			}
 			if lc.cl.blocking(args) {
 				lc.runOff(cloneArgs(args))
+				clear(args)
 				return used, gnet.None
 			}
 			r := lc.cl.run(args)
+			clear(args) // argv must not keep a big input buffer alive
 			lc.out = lc.cl.appendReply(lc.out, r)
 			if r.panicked || lc.cl.closeNow {
 				return used, gnet.Close
