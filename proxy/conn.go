@@ -351,10 +351,19 @@ func (cl *client) errorValue(cmd string, err error) backend.Value {
 	return backend.ErrorValue(backend.MsgInternal)
 }
 
+// cloneArgs copies args into one new buffer. An empty argument stays an
+// empty, non-nil slice (append([]byte(nil), "") would be nil): SET's
+// parser tells `PX ""` from no PX by nil.
 func cloneArgs(args [][]byte) [][]byte {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	buf := make([]byte, 0, n)
 	out := make([][]byte, len(args))
 	for i, a := range args {
-		out[i] = append([]byte(nil), a...)
+		buf = append(buf, a...)
+		out[i] = buf[len(buf)-len(a) : len(buf) : len(buf)]
 	}
 	return out
 }

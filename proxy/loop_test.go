@@ -47,6 +47,22 @@ func TestFrontEndsOrderAroundBlocking(t *testing.T) {
 	}
 }
 
+// TestFrontEndsEmptyArgumentOffLoop: a command run off the loop gets its
+// arguments copied; an empty one must stay an empty argument.
+func TestFrontEndsEmptyArgumentOffLoop(t *testing.T) {
+	for _, path := range dataPaths {
+		t.Run(path, func(t *testing.T) {
+			b := &hookBackend{Backend: memory.New(memory.Config{}), hook: func(context.Context, string) error { return nil }}
+			s := start(t, proxy.Config{DataPath: path}, b)
+			c := dial(t, s.addr)
+			c.send("*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nPX\r\n$0\r\n\r\n")
+			if got, want := c.line(t), "-ERR value is not an integer or out of range\r\n"; got != want {
+				t.Fatalf(`SET k v PX "" = %q; want %q`, got, want)
+			}
+		})
+	}
+}
+
 // TestFrontEndsIdleTimeout: an idle client is closed after IdleTimeout,
 // an active one is not.
 func TestFrontEndsIdleTimeout(t *testing.T) {
