@@ -199,7 +199,7 @@ func (cl *client) infoLine() string {
 	if cl.resp3 {
 		resp = "3"
 	}
-	return "id=" + strconv.FormatInt(cl.id, 10) + " addr=" + cl.conn.RemoteAddr() + " name=" + cl.name +
+	return "id=" + strconv.FormatInt(cl.id, 10) + " addr=" + cl.addr + " name=" + cl.name +
 		" db=" + strconv.Itoa(cl.db) + " multi=" + strconv.Itoa(map[bool]int{true: len(cl.queue), false: -1}[cl.inMulti]) +
 		" cmd=" + cl.lastCmd + " resp=" + resp + " lib-name=" + cl.libName + " lib-ver=" + cl.libVer
 }
@@ -251,7 +251,7 @@ func (cl *client) clientList(opts [][]byte) backend.Value {
 			case c == cl:
 				b.WriteString(cl.infoLine() + "\n")
 			default:
-				b.WriteString("id=" + strconv.FormatInt(c.id, 10) + " addr=" + c.conn.RemoteAddr() + "\n")
+				b.WriteString("id=" + strconv.FormatInt(c.id, 10) + " addr=" + c.addr + "\n")
 			}
 		}
 		cl.s.mu.Unlock()

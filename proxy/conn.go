@@ -16,12 +16,16 @@ import (
 	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
-// client is one connection's state. Only its connection's goroutine touches
-// it, except wake and cancel.
+// client is one connection's state, on either front end. Only the one
+// running its commands touches it (its connection's goroutine, or its
+// event loop and the goroutine it hands a blocking command to, one at a
+// time), except id and addr, which never change, and wake and cancel.
 type client struct {
 	s       *Server
 	id      int64
-	conn    redcon.Conn
+	addr    string          // the peer's host:port
+	conn    redcon.Conn     // on the goroutine front end
+	lc      *loopConn       // on the event-loop front end
 	ctx     context.Context // ends when the connection closes or the drain times out
 	cancel  context.CancelFunc
 	created time.Time
@@ -44,10 +48,10 @@ type client struct {
 	up  *upstreamConn // the passthrough connection, once a command was forwarded
 }
 
-func newClient(s *Server, conn redcon.Conn) *client {
+func newClient(s *Server, addr string) *client {
 	ctx, cancel := context.WithCancel(s.ctx)
 	return &client{
-		s: s, id: s.nextID.Add(1), conn: conn, ctx: ctx, cancel: cancel, created: time.Now(),
+		s: s, id: s.nextID.Add(1), addr: addr, ctx: ctx, cancel: cancel, created: time.Now(),
 		authed: !s.authRequired(),
 	}
 }
@@ -55,6 +59,10 @@ func newClient(s *Server, conn redcon.Conn) *client {
 // wake makes an idle connection's read return, so a draining server can
 // close it once its last batch is answered.
 func (cl *client) wake() {
+	if cl.lc != nil {
+		cl.lc.wake()
+		return
+	}
 	switch nc := cl.conn.NetConn().(type) {
 	case *limitConn:
 		nc.wake()
@@ -71,11 +79,36 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 		conn.Close()
 		return
 	}
+	r := cl.run(cmd.Args)
+	cl.buf = cl.appendReply(cl.buf[:0], r)
+	if len(cl.buf) > 0 {
+		conn.WriteRaw(cl.buf) // copied by redcon
+	}
+	if len(cl.buf) > 64<<10 {
+		cl.buf = nil // do not keep a big reply's buffer per connection
+	}
+	if r.panicked || cl.closeNow {
+		conn.Close()
+	}
+}
+
+// result is what running one command produced, for appendReply.
+type result struct {
+	v        backend.Value
+	raw      []byte // a passthrough reply to write as is, instead of v
+	panicked bool   // v is the internal error; the connection closes after it
+}
+
+// run runs one command, on either front end. A panic is recovered here:
+// it is logged with its stack and answered with the internal error, and
+// the connection is to be closed after that reply.
+func (cl *client) run(args [][]byte) (r result) {
+	s := cl.s
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("panic serving a command", "conn_id", cl.id, "cmd", cl.lastCmd, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			conn.WriteError(backend.MsgInternal)
-			conn.Close()
+			cl.raw = nil
+			r = result{v: backend.ErrorValue(backend.MsgInternal), panicked: true}
 		}
 	}()
 	s.stats.commands.Add(1)
@@ -83,30 +116,26 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 	if s.metrics != nil {
 		start = time.Now()
 	}
-	v := cl.command(cmd.Args)
-	raw := cl.raw
-	cl.raw = nil
+	r.v = cl.command(args)
+	r.raw, cl.raw = cl.raw, nil
 	if s.metrics != nil {
-		s.metrics.observe(cl.lastCmd, v, time.Since(start))
+		s.metrics.observe(cl.lastCmd, r.v, time.Since(start))
 	}
-	if cl.muted() {
-		if cl.closeNow {
-			conn.Close()
-		}
-		return
+	return r
+}
+
+// appendReply appends the reply to the command run to b: nothing when
+// CLIENT REPLY mutes it, except a panic's error, which always goes out.
+func (cl *client) appendReply(b []byte, r result) []byte {
+	switch {
+	case r.panicked:
+		return appendValue(b, r.v, cl.resp3)
+	case cl.muted():
+		return b
+	case r.raw != nil:
+		return append(b, r.raw...)
 	}
-	if raw != nil {
-		conn.WriteRaw(raw) // copied: the buffer is the upstream connection's
-		return
-	}
-	cl.buf = appendValue(cl.buf[:0], v, cl.resp3)
-	conn.WriteRaw(cl.buf)
-	if len(cl.buf) > 64<<10 {
-		cl.buf = nil // do not keep a big reply's buffer per connection
-	}
-	if cl.closeNow {
-		conn.Close()
-	}
+	return appendValue(b, r.v, cl.resp3)
 }
 
 // replyMode is the state CLIENT REPLY sets.
@@ -229,6 +258,32 @@ func (cl *client) command(args [][]byte) backend.Value {
 	return cl.keyCommand(kc, args)
 }
 
+// blocking reports whether args may wait on something other than the
+// process (a backend that is not backend.Immediate, the passthrough
+// upstream): the event-loop front end runs such a command off its loop.
+// Everything runs inline on an Immediate backend, scripts included: the
+// memory backend runs a script under its write lock, stalling every loop
+// anyway, as Redis does, and luascripts bounds its time.
+func (cl *client) blocking(args [][]byte) bool {
+	s := cl.s
+	if s.immediate && s.cfg.Passthrough == nil {
+		return false
+	}
+	if cc := lookupConn(args[0]); cc != nil {
+		switch cc.name {
+		case "eval", "evalsha", "eval_ro", "evalsha_ro", "script", "info":
+			return !s.immediate && !cl.inMulti
+		case "exec":
+			return !s.immediate
+		}
+		return false
+	}
+	if keycmd.Lookup(args[0]) != nil {
+		return !s.immediate && !cl.inMulti
+	}
+	return s.cfg.Passthrough != nil // forwarded, unless refused
+}
+
 // passthroughCommand forwards a command lockproxy does not serve, after
 // the same checks as its own commands (AUTH, MULTI).
 func (cl *client) passthroughCommand(args [][]byte) backend.Value {
@@ -296,10 +351,19 @@ func (cl *client) errorValue(cmd string, err error) backend.Value {
 	return backend.ErrorValue(backend.MsgInternal)
 }
 
+// cloneArgs copies args into one new buffer. An empty argument stays an
+// empty, non-nil slice (append([]byte(nil), "") would be nil): SET's
+// parser tells `PX ""` from no PX by nil.
 func cloneArgs(args [][]byte) [][]byte {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	buf := make([]byte, 0, n)
 	out := make([][]byte, len(args))
 	for i, a := range args {
-		out[i] = append([]byte(nil), a...)
+		buf = append(buf, a...)
+		out[i] = buf[len(buf)-len(a) : len(buf) : len(buf)]
 	}
 	return out
 }

@@ -1,5 +1,5 @@
 // Package proxy is lockproxy's RESP front end: everything a client can
-// observe. It accepts connections (on github.com/tidwall/redcon), parses
+// observe. It accepts connections (on either front end, below), parses
 // commands with Redis's arity and option rules, answers the connection and
 // discovery commands real clients send (HELLO, AUTH, SELECT, CLIENT, INFO,
 // COMMAND, CONFIG GET, …), keeps the server-wide script cache, runs
@@ -8,6 +8,29 @@
 //
 // Protocol: RESP2 by default, RESP3 after HELLO 3; pipelined commands are
 // answered in order with one flush per batch; inline commands work.
+//
+// Two front ends (Config.DataPath) serve the same client state and
+// command table, so a client cannot tell them apart:
+//   - goroutines (the default): redcon's server, a goroutine per
+//     connection; limitConn applies the request limits and the idle
+//     timeout to its reads. It takes any listener, TLS included.
+//   - loops: gnet v2 event loops (Config.Loops, default GOMAXPROCS-1) own
+//     the connections; accepting stays a goroutine on the listener, which
+//     enrolls each connection into a loop (loop_serve.go). A loop reads
+//     what a connection sent, runs the complete commands one after the
+//     other (parsed by redcon.ReadNextCommand, limits by the same framing
+//     scan as limitConn, with the same hold-back rule), and writes the
+//     batch's replies with one write. On a backend.Immediate backend
+//     (memory) every command runs on the loop, scripts too (the memory
+//     backend runs a script alone anyway, as Redis does). A command that
+//     may wait (other backends, passthrough) runs on a goroutine; the
+//     connection takes no further command until its reply is back on the
+//     loop, so replies keep their order. This path saves the goroutine
+//     park and wake-up per command: the CPU a lock cycle costs drops
+//     toward redis-server's (tests/bench/memory.sh). It reads raw sockets:
+//     a TLS listener needs the goroutine front end. Input that arrives
+//     while a command runs off the loop is buffered without bound (the
+//     goroutine front end stops reading instead).
 //
 // Decisions worth knowing:
 //   - EXEC runs the queued commands as one script (backend.Eval), so a

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,7 +71,7 @@ func FuzzDispatch(f *testing.F) {
 		f.Fatal(err)
 	}
 	b := memory.New(memory.Config{Runner: luascripts.New(luascripts.Config{TimeLimit: 200 * time.Millisecond})})
-	srv := proxy.New(proxy.Config{Logger: slog.New(logs), MaxRequestBytes: 1 << 16, CommandTimeout: 2 * time.Second}, b)
+	srv := proxy.New(proxy.Config{Logger: slog.New(logs), MaxRequestBytes: 1 << 16, CommandTimeout: 2 * time.Second, DataPath: os.Getenv("LOCKPROXY_TEST_DATA_PATH")}, b)
 	go srv.Serve(ln)
 	f.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -45,8 +46,13 @@ type server struct {
 	served chan error
 }
 
+// start serves b on a free port, on the front end LOCKPROXY_TEST_DATA_PATH
+// names (goroutines when unset) unless cfg names one.
 func start(t *testing.T, cfg proxy.Config, b backend.Backend) *server {
 	t.Helper()
+	if cfg.DataPath == "" {
+		cfg.DataPath = os.Getenv("LOCKPROXY_TEST_DATA_PATH")
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/migrate"
 	"github.com/lockproxy/lockproxy/pgbridge"
+	"github.com/lockproxy/lockproxy/proxy"
 )
 
 // Config is lockproxy's configuration. Precedence: defaults < config file <
@@ -38,6 +39,7 @@ type Config struct {
 	ShutdownTimeout  string   `yaml:"shutdown-timeout"`
 	ScriptTimeLimit  string   `yaml:"script-time-limit"`
 	IdleTimeout      string   `yaml:"idle-timeout"`
+	DataPath         string   `yaml:"data-path"`
 	Passthrough      string   `yaml:"passthrough"`
 	MigrateFrom      string   `yaml:"migrate-from"`
 	MigrateTimeout   string   `yaml:"migrate-timeout"`
@@ -57,7 +59,7 @@ func defaults() Config {
 		AdminListen: "127.0.0.1:9121", ProtectedMode: true, LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
 		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms", IdleTimeout: "0s",
-		MigrateTimeout: "50ms",
+		MigrateTimeout: "50ms", DataPath: "goroutines",
 	}
 }
 
@@ -216,7 +218,20 @@ func (c Config) validate() []string {
 	if d, err := parseDuration(c.IdleTimeout); err != nil || d < 0 {
 		add("idle-timeout", fmt.Sprintf("%q is not a duration of 0 or more", c.IdleTimeout), "e.g. 300s, or 0 to never close idle clients")
 	}
+	if c.DataPath != proxy.DataPathGoroutines && c.DataPath != proxy.DataPathLoops {
+		add("data-path", fmt.Sprintf("unknown data path %q", c.DataPath), "use goroutines or loops")
+	}
 	return probs
+}
+
+// dataPath is the front end Serve runs: data-path, except that a TLS
+// listener always keeps the goroutine front end (the event loops read raw
+// sockets and have no TLS).
+func (c Config) dataPath() string {
+	if c.TLSCertFile != "" {
+		return proxy.DataPathGoroutines
+	}
+	return c.DataPath
 }
 
 // open reports whether clients from beyond loopback could connect without

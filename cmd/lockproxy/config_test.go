@@ -110,6 +110,7 @@ func TestValidationMessages(t *testing.T) {
 		{"migrate-timeout", func(c *Config) { c.MigrateTimeout = "0s" }, `migrate-timeout: "0s" is not a positive duration (e.g. 10s or 500ms)`},
 		{"idle timeout", func(c *Config) { c.IdleTimeout = "-5s" }, `idle-timeout: "-5s" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`},
 		{"idle timeout word", func(c *Config) { c.IdleTimeout = "never" }, `idle-timeout: "never" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`},
+		{"data path", func(c *Config) { c.DataPath = "epoll" }, `data-path: unknown data path "epoll" (use goroutines or loops)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -341,5 +342,22 @@ func TestCheckConfigParsesAddresses(t *testing.T) {
 	c.PostgresDSN = "host=db user=lockproxy dbname=locks"
 	if probs := c.validate(); len(probs) != 0 {
 		t.Errorf("a key=value DSN: validate() = %q", probs)
+	}
+}
+
+// TestDataPathTLS: a TLS listener keeps the goroutine front end whatever
+// data-path says, and the start line says so.
+func TestDataPathTLS(t *testing.T) {
+	c := defaults()
+	c.DataPath = "loops"
+	if got := c.dataPath(); got != "loops" {
+		t.Fatalf("dataPath without TLS = %q; want loops", got)
+	}
+	c.TLSCertFile, c.TLSKeyFile = "cert.pem", "key.pem"
+	if got := c.dataPath(); got != "goroutines" {
+		t.Fatalf("dataPath with TLS = %q; want goroutines", got)
+	}
+	if w := c.warnings(); len(w) != 1 || !strings.Contains(w[0], "does not serve TLS") {
+		t.Fatalf("warnings = %q; want the TLS data-path one", w)
 	}
 }

@@ -103,9 +103,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		warnings = append(warnings, "migrating: every lock is also taken in "+migrate.MaskURL(cfg.MigrateFrom)+"; remove migrate-from once no client uses it directly (INFO lockproxy_migration_legacy_clients)")
 	}
 	defer b.Close(context.Background())
-	if cfg.open() {
-		warnings = append(warnings, "protected-mode is off: clients from the network are served without a password")
-	}
+	warnings = append(warnings, cfg.warnings()...)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -128,6 +126,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	srv := proxy.New(proxy.Config{
 		RequirePass: cfg.RequirePass, Users: cfg.Users.proxyUsers(), MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, Passthrough: up, BackendName: cfg.Backend, Logger: log, Registerer: reg,
+		DataPath: cfg.dataPath(),
 	}, b)
 	if cfg.AdminListen != "" {
 		admin, err := net.Listen("tcp", cfg.AdminListen)
@@ -187,8 +186,20 @@ func startFields(cfg Config, addr string, tlsOn bool, warnings []string) []any {
 		start = append(start, "postgres_strategy", cfg.PostgresStrategy, "postgres_dsn", maskDSN(cfg.PostgresDSN))
 	}
 	return append(start, "requirepass", cfg.RequirePass != "", "users", cfg.Users.names(),
-		"passthrough", maskURL(cfg.Passthrough), "migrate_from", migrate.MaskURL(cfg.MigrateFrom), "tls", tlsOn, "client_certs", cfg.TLSCACertFile != "",
+		"passthrough", maskURL(cfg.Passthrough), "migrate_from", migrate.MaskURL(cfg.MigrateFrom), "tls", tlsOn, "client_certs", cfg.TLSCACertFile != "", "data_path", cfg.dataPath(),
 		"warnings", strings.Join(warnings, "; "))
+}
+
+// warnings are the start line's warnings about the configuration itself.
+func (c Config) warnings() []string {
+	var w []string
+	if c.open() {
+		w = append(w, "protected-mode is off: clients from the network are served without a password")
+	}
+	if c.dataPath() != c.DataPath {
+		w = append(w, "data-path loops does not serve TLS: clients are served on goroutines")
+	}
+	return w
 }
 
 // newBackend builds the configured backend and the safety warnings the

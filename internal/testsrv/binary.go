@@ -47,9 +47,13 @@ func StartBinary(t testing.TB, bin string, args ...string) *Binary {
 }
 
 // StartBinaryEnv is StartBinary with env (KEY=value) added to the
-// process's environment.
+// process's environment. DataPathEnv, when set, becomes the process's
+// LOCKPROXY_DATA_PATH (env and args may still override it).
 func StartBinaryEnv(t testing.TB, bin string, env []string, args ...string) *Binary {
 	t.Helper()
+	if p := os.Getenv(DataPathEnv); p != "" {
+		env = append([]string{"LOCKPROXY_DATA_PATH=" + p}, env...)
+	}
 	b := &Binary{
 		Addr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))),
 		Admin: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))),

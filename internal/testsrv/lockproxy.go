@@ -3,6 +3,7 @@ package testsrv
 import (
 	"context"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -14,11 +15,20 @@ import (
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
+// DataPathEnv names the front end (proxy.Config.DataPath) the proxies
+// started by this package use unless a test picks one: "loops" or
+// "goroutines"; unset, the default.
+const DataPathEnv = "LOCKPROXY_TEST_DATA_PATH"
+
 // StartLockproxy serves b in process on a free 127.0.0.1 port and returns
 // its address. When the test ends the proxy shuts down (in-flight replies
 // are delivered) and b is closed; a failure of either fails the test.
+// Without cfg.DataPath, the front end is DataPathEnv's.
 func StartLockproxy(t testing.TB, cfg proxy.Config, b backend.Backend) string {
 	t.Helper()
+	if cfg.DataPath == "" {
+		cfg.DataPath = os.Getenv(DataPathEnv)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)

@@ -1,0 +1,278 @@
+package proxy
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/tidwall/redcon"
+)
+
+// The event-loop front end (Config.DataPath "loops"): a few gnet event
+// loops own the client connections. Each loop reads what a connection
+// sent, runs its complete commands one after the other through the same
+// client state and command table as the goroutine front end, appends
+// their replies to one buffer and writes it once per batch. A command that
+// may block (any command that reaches a backend that is not
+// backend.Immediate, and passthrough) runs on a goroutine of its own; the
+// connection takes no further command until its reply is back on the loop,
+// so replies keep their order. See loopConn.
+
+// loopHandler is gnet's event handler for client connections.
+type loopHandler struct {
+	gnet.BuiltinEventEngine
+	s *Server
+}
+
+// loopConn is one client connection on an event loop. Its fields belong
+// to the loop, except those under mu (the hand-off with the goroutine
+// running a blocking command) and lastActive (read by the idle sweep).
+type loopConn struct {
+	s       *Server
+	cl      *client
+	gc      gnet.Conn
+	f       framing  // Redis's request limits, as limitConn applies them
+	in      []byte   // bytes received and not yet run (see serve)
+	scanned int      // how many bytes of the batch framing has passed
+	out     []byte   // the replies of the batch, written once
+	argv    [][]byte // ReadNextCommand's reusable argument slice
+	busy    bool     // a command runs off the loop; the loop waits for it
+
+	lastActive atomic.Int64 // unix nanoseconds of the last input or reply
+
+	mu   sync.Mutex
+	done *result // the off-loop command's result, not yet taken by the loop
+	gone bool    // the connection closed: the goroutine cleans up instead
+}
+
+func newLoopConn(s *Server, addr string) *loopConn {
+	lc := &loopConn{s: s, f: framing{max: s.cfg.MaxRequestBytes}}
+	lc.cl = newClient(s, addr)
+	lc.cl.lc = lc
+	return lc
+}
+
+// wake makes the loop look at the connection again (drain, idle timeout).
+func (lc *loopConn) wake() { lc.gc.Wake(nil) }
+
+func (h *loopHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	lc := c.Context().(*loopConn)
+	lc.gc = c
+	lc.lastActive.Store(time.Now().UnixNano())
+	if !h.s.register(lc.cl) {
+		return nil, gnet.Close
+	}
+	return nil, gnet.None
+}
+
+func (h *loopHandler) OnClose(c gnet.Conn, _ error) gnet.Action {
+	lc := c.Context().(*loopConn)
+	lc.mu.Lock()
+	lc.gone = true
+	running := lc.busy && lc.done == nil
+	lc.mu.Unlock()
+	lc.cl.cancel()
+	if !running { // else the goroutine closes it when the command ends
+		lc.cl.closeUpstream()
+	}
+	h.s.forget(lc.cl)
+	return gnet.None
+}
+
+// OnTraffic runs on new input and on every wake-up: a blocking command's
+// result, a drain, an idle check.
+func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
+	lc := c.Context().(*loopConn)
+	data, _ := c.Next(-1)
+	active := len(data) > 0
+	act := gnet.None
+	if lc.busy {
+		r := lc.take()
+		if r == nil { // the input waits behind the running command
+			lc.in = append(lc.in, data...)
+			return gnet.None
+		}
+		lc.busy, active = false, true
+		lc.out = lc.cl.appendReply(lc.out, *r)
+		if r.panicked || lc.cl.closeNow {
+			act = gnet.Close
+		}
+	}
+	if act == gnet.None {
+		act = lc.serveInput(data)
+	}
+	if len(lc.out) > 0 {
+		c.Write(lc.out) // gnet keeps what the socket does not take now
+		lc.out = lc.out[:0]
+		if cap(lc.out) > 64<<10 {
+			lc.out = nil // do not keep a big reply's buffer per connection
+		}
+	}
+	if act != gnet.None || lc.busy {
+		return act
+	}
+	return lc.afterBatch(active)
+}
+
+// afterBatch closes a connection that has nothing running when the
+// server drains or it has been idle for Config.IdleTimeout.
+func (lc *loopConn) afterBatch(active bool) gnet.Action {
+	if lc.s.drain.Load() {
+		return gnet.Close
+	}
+	if idle := lc.s.cfg.IdleTimeout; idle > 0 {
+		now := time.Now().UnixNano()
+		if active {
+			lc.lastActive.Store(now)
+		} else if now-lc.lastActive.Load() >= int64(idle) {
+			return gnet.Close
+		}
+	}
+	return gnet.None
+}
+
+// serveInput runs the complete commands of what is held plus data, and
+// keeps the rest (a partial command, or the commands after one running off
+// the loop) in lc.in. data is gnet's buffer: it is used in place when
+// nothing is held, the common case, and copied only for what is kept.
+func (lc *loopConn) serveInput(data []byte) gnet.Action {
+	buf := data
+	if len(lc.in) > 0 {
+		lc.in = append(lc.in, data...)
+		buf = lc.in
+	}
+	used, act := lc.serve(buf)
+	lc.scanned -= used
+	switch rest := buf[used:]; {
+	case len(rest) == 0:
+		lc.in = lc.in[:0]
+		if cap(lc.in) > 64<<10 {
+			lc.in = nil
+		}
+	case len(lc.in) > 0:
+		lc.in = lc.in[:copy(lc.in, rest)]
+	default:
+		lc.in = append(lc.in, rest...)
+	}
+	return act
+}
+
+// serve runs the complete commands at the start of buf and returns how
+// many bytes they took. Bytes are run only after framing has passed them
+// (lc.scanned), with the limits as they stand after the commands before
+// them, as limitConn does on the goroutine front end: a refusal's reply
+// follows the replies to the commands before it.
+func (lc *loopConn) serve(buf []byte) (int, gnet.Action) {
+	used := 0
+	for {
+		for used < lc.scanned {
+			args, n, err := lc.next(buf[used:lc.scanned])
+			if err != nil { // redcon's own reply to a protocol error
+				lc.out = append(append(append(lc.out, "-ERR "...), err.Error()...), '\r', '\n')
+				return used, gnet.Close
+			}
+			if n == 0 {
+				break // a partial command
+			}
+			used += n
+			if len(args) == 0 {
+				continue // an empty inline line
+			}
+			if lc.cl.blocking(args) {
+				lc.runOff(cloneArgs(args))
+				clear(args)
+				return used, gnet.None
+			}
+			r := lc.cl.run(args)
+			clear(args) // argv must not keep a big input buffer alive
+			lc.out = lc.cl.appendReply(lc.out, r)
+			if r.panicked || lc.cl.closeNow {
+				return used, gnet.Close
+			}
+		}
+		if lc.scanned == len(buf) {
+			return used, gnet.None
+		}
+		ok, reply := lc.f.scan(buf[lc.scanned:], lc.cl.authed)
+		if reply != "" {
+			lc.out = append(append(append(lc.out, '-'), reply...), '\r', '\n')
+			return used, gnet.Close
+		}
+		lc.scanned += ok
+	}
+}
+
+// next parses the command at the start of b as redcon's server does: n is
+// 0 when it is not complete; args is empty for an empty inline line.
+func (lc *loopConn) next(b []byte) (args [][]byte, n int, err error) {
+	if b[0] == '*' {
+		complete, args, _, rest, err := redcon.ReadNextCommand(b, lc.argv)
+		if err != nil || !complete {
+			return nil, 0, err
+		}
+		lc.argv = args[:0]
+		return args, len(b) - len(rest), nil
+	}
+	// An inline command. ReadNextCommand would take a line starting with
+	// '$' for Tile38's protocol; redcon's server reads any line that does
+	// not start with '*' as inline, and so does redcon.Parse.
+	i := 0
+	for i < len(b) && b[i] != '\n' {
+		i++
+	}
+	if i == len(b) {
+		return nil, 0, nil
+	}
+	if blankLine(b[:i]) {
+		return nil, i + 1, nil
+	}
+	cmd, err := redcon.Parse(b[:i+1])
+	if err != nil {
+		return nil, 0, err
+	}
+	return cmd.Args, i + 1, nil
+}
+
+// blankLine reports whether an inline line holds no argument: only
+// spaces, before an optional '\r'.
+func blankLine(line []byte) bool {
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	for _, c := range line {
+		if c != ' ' {
+			return false
+		}
+	}
+	return true
+}
+
+// runOff runs a blocking command on a goroutine; its result comes back to
+// the loop through wake, and the connection takes nothing else meanwhile.
+func (lc *loopConn) runOff(args [][]byte) {
+	lc.busy = true
+	go func() {
+		r := lc.cl.run(args)
+		lc.mu.Lock()
+		gone := lc.gone
+		if !gone {
+			lc.done = &r
+		}
+		lc.mu.Unlock()
+		if gone {
+			lc.cl.closeUpstream() // OnClose left it to this goroutine
+			return
+		}
+		lc.gc.Wake(nil)
+	}()
+}
+
+// take returns the off-loop command's result once it is there.
+func (lc *loopConn) take() *result {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	r := lc.done
+	lc.done = nil
+	return r
+}
