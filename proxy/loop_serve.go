@@ -19,13 +19,9 @@ import (
 // Accepting costs a goroutine wake-up per connection, not per command.
 func (s *Server) serveLoops(ln net.Listener) error {
 	dl := &drainListener{Listener: ln, done: make(chan struct{})}
-	s.mu.Lock()
-	if s.draining {
-		s.mu.Unlock()
+	if !s.listening(dl) {
 		return nil
 	}
-	s.ln = dl
-	s.mu.Unlock()
 
 	cli, err := gnet.NewClient(&loopHandler{s: s},
 		gnet.WithNumEventLoop(s.cfg.Loops), gnet.WithLogger(gnetLogger{s.log}),

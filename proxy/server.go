@@ -156,19 +156,27 @@ func (s *Server) Serve(ln net.Listener) error {
 		return s.serveLoops(ln)
 	}
 	dl := &drainListener{Listener: ln, done: make(chan struct{}), max: s.cfg.MaxRequestBytes, idle: s.cfg.IdleTimeout}
-	s.mu.Lock()
-	if s.draining {
-		s.mu.Unlock()
+	if !s.listening(dl) {
 		return nil
 	}
-	s.ln = dl
-	s.mu.Unlock()
 	srv := redcon.NewServerNetwork("", "", s.serveRESP, s.accept, s.closed)
 	err := srv.Serve(dl)
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
 	return err
+}
+
+// listening makes dl the listener Shutdown closes; it reports false when
+// the server is already draining (Serve then returns at once).
+func (s *Server) listening(dl *drainListener) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.ln = dl
+	return true
 }
 
 // Addr returns the address Serve listens on, or nil before Serve.
