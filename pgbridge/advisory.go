@@ -354,7 +354,7 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 		if c.q.err == nil && c.q.fenced {
 			unlock = append(unlock, c.k) // still locked by this session
 			if err == nil {
-				err = fencedError(c.k, c.s.deadline)
+				err = fencedError(c.k, 0) // the fence's deadline, not c.s's, which is the refused lease's
 			}
 			continue
 		}

@@ -59,7 +59,15 @@ func (e *held) fence(now int64) (state, bool) {
 }
 
 // fencedError refuses a write that would change a fenced key.
+//
+// deadline 0 means the fence's deadline is not known here (a fence met by
+// commit's INSERT, which returns no row for it): the reply then says no
+// figure rather than a wrong one.
 func fencedError(k dbKey, deadline int64) error {
+	const why = "the PostgreSQL session that held its lock was lost while its lease ran"
+	if deadline == 0 {
+		return &backend.ReplyError{Reply: fmt.Sprintf("TRYAGAIN postgres: key '%s' is fenced: %s", k.key, why)}
+	}
 	left := max(deadline-nowMS(), 1)
-	return &backend.ReplyError{Reply: fmt.Sprintf("TRYAGAIN postgres: key '%s' is fenced for %d ms more: the PostgreSQL session that held its lock was lost while its lease ran", k.key, left)}
+	return &backend.ReplyError{Reply: fmt.Sprintf("TRYAGAIN postgres: key '%s' is fenced for %d ms more: %s", k.key, left, why)}
 }
