@@ -73,9 +73,14 @@ func (h *loopHandler) OnClose(c gnet.Conn, _ error) gnet.Action {
 	running := lc.busy && lc.done == nil
 	lc.mu.Unlock()
 	lc.cl.cancel()
-	if !running { // else the goroutine closes it when the command ends
-		lc.cl.closeUpstream()
+	if running {
+		// The goroutine running the command closes the upstream and
+		// forgets the client when the command ends: until then the client
+		// counts, so a drain waits for its command (the process closes the
+		// backend right after Shutdown returns).
+		return gnet.None
 	}
+	lc.cl.closeUpstream()
 	h.s.forget(lc.cl)
 	return gnet.None
 }
@@ -261,7 +266,8 @@ func (lc *loopConn) runOff(args [][]byte) {
 		}
 		lc.mu.Unlock()
 		if gone {
-			lc.cl.closeUpstream() // OnClose left it to this goroutine
+			lc.cl.closeUpstream() // OnClose left both to this goroutine
+			lc.s.forget(lc.cl)
 			return
 		}
 		lc.gc.Wake(nil)

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,6 +112,44 @@ func TestFrontEndsRefusalAfterReplies(t *testing.T) {
 			}
 			if !c.closed() {
 				t.Fatal("the connection was kept after a refusal")
+			}
+		})
+	}
+}
+
+// TestFrontEndsShutdownWaitsForRunningCommand: a client that sends a
+// command and closes its connection at once leaves the command running;
+// Shutdown returns only after it has ended (the process closes the backend
+// next, which must not happen under a live command).
+func TestFrontEndsShutdownWaitsForRunningCommand(t *testing.T) {
+	for _, path := range dataPaths {
+		t.Run(path, func(t *testing.T) {
+			entered, release := make(chan struct{}), make(chan struct{})
+			var running atomic.Int32
+			b := &hookBackend{Backend: memory.New(memory.Config{}), hook: func(_ context.Context, key string) error {
+				if key == "slow" {
+					running.Add(1)
+					defer running.Add(-1)
+					close(entered)
+					<-release
+				}
+				return nil
+			}}
+			s := start(t, proxy.Config{DataPath: path}, b)
+			c := dial(t, s.addr)
+			c.send("GET slow\r\n")
+			<-entered
+			c.Close()
+			time.Sleep(100 * time.Millisecond) // the server sees the close
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				close(release)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s.srv.Shutdown(ctx)
+			if n := running.Load(); n != 0 {
+				t.Fatalf("Shutdown returned with %d command(s) still running", n)
 			}
 		})
 	}
