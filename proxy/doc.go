@@ -28,9 +28,17 @@
 //     loop, so replies keep their order. This path saves the goroutine
 //     park and wake-up per command: the CPU a lock cycle costs drops
 //     toward redis-server's (tests/bench/memory.sh). It reads raw sockets:
-//     a TLS listener needs the goroutine front end. Input that arrives
-//     while a command runs off the loop is buffered without bound (the
-//     goroutine front end stops reading instead).
+//     a TLS listener needs the goroutine front end.
+//     Known gaps that keep it from being the default (issue #14, found by
+//     review; the goroutine front end has none of them): (1) a close the
+//     loop decides (QUIT, a limit refusal, a drain, a panic) makes one
+//     non-blocking attempt to flush, so replies a slow reader has not taken
+//     yet can be cut; (2) a client that half-closes while a command runs
+//     off the loop gets no reply to it or to what it pipelined after (gnet
+//     closes on end of stream); (3) input that arrives while a command runs
+//     off the loop, and output a client does not read, are buffered without
+//     bound (the goroutine front end stops reading, or blocks on the write);
+//     (4) a failed Accept (EMFILE) ends Serve and closes every connection.
 //
 // Decisions worth knowing:
 //   - EXEC runs the queued commands as one script (backend.Eval), so a
