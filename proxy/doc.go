@@ -37,8 +37,9 @@
 //     off the loop gets no reply to it or to what it pipelined after (gnet
 //     closes on end of stream); (3) input that arrives while a command runs
 //     off the loop, and output a client does not read, are buffered without
-//     bound (the goroutine front end stops reading, or blocks on the write);
-//     (4) a failed Accept (EMFILE) ends Serve and closes every connection.
+//     bound (the goroutine front end stops reading, or blocks on the write).
+//     A failed Accept (out of file descriptors) is retried with a backoff
+//     of up to a second; the connections served stay.
 //
 // Decisions worth knowing:
 //   - EXEC runs the queued commands as one script (backend.Eval), so a

@@ -2,6 +2,8 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,5 +154,51 @@ func TestFrontEndsShutdownWaitsForRunningCommand(t *testing.T) {
 				t.Fatalf("Shutdown returned with %d command(s) still running", n)
 			}
 		})
+	}
+}
+
+// failingListener fails its first n Accepts, as a listener out of file
+// descriptors does, then accepts.
+type failingListener struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.n.Add(-1) >= 0 {
+		return nil, errors.New("accept tcp: too many open files")
+	}
+	return l.Listener.Accept()
+}
+
+// TestLoopsAcceptRetries: a failed Accept neither ends Serve nor drops
+// the connections being served; accepting resumes.
+func TestLoopsAcceptRetries(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &failingListener{Listener: ln}
+	fl.n.Store(3)
+	b := memory.New(memory.Config{})
+	srv := proxy.New(proxy.Config{DataPath: proxy.DataPathLoops}, b)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(fl) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-served
+		b.Close(ctx)
+	})
+	c := dial(t, ln.Addr().String())
+	c.send("PING\r\n")
+	if got := c.line(t); got != "+PONG\r\n" {
+		t.Fatalf("got %q; want +PONG", got)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned %v after failed accepts", err)
+	default:
 	}
 }
