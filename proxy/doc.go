@@ -38,8 +38,10 @@
 //     closes on end of stream); (3) input that arrives while a command runs
 //     off the loop, and output a client does not read, are buffered without
 //     bound (the goroutine front end stops reading, or blocks on the write).
-//     A failed Accept (out of file descriptors) is retried with a backoff
-//     of up to a second; the connections served stay.
+//
+// On both front ends a failed Accept (out of file descriptors, say) is
+// logged and retried with a backoff of up to a second; the connections
+// being served stay (server.go accept).
 //
 // Decisions worth knowing:
 //   - EXEC runs the queued commands as one script (backend.Eval), so a

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -37,28 +36,18 @@ func (s *Server) serveLoops(ln net.Listener) error {
 	if s.cfg.IdleTimeout > 0 {
 		go s.sweepIdle(dl.done)
 	}
-	var backoff time.Duration
 	for {
-		c, err := ln.Accept()
+		c, err := accept(ln, s.log)
 		if err != nil {
 			s.mu.Lock()
 			draining := s.draining
 			s.mu.Unlock()
-			switch {
-			case draining:
-				<-dl.done // Shutdown's wait is over
-				return nil
-			case errors.Is(err, net.ErrClosed):
+			if !draining {
 				return err
 			}
-			// Out of file descriptors and the like: the connections
-			// served stay, and accepting is retried, as net/http does.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.log.Error("accept failed; retrying", "err", err, "in", backoff)
-			time.Sleep(backoff)
-			continue
+			<-dl.done // Shutdown's wait is over
+			return nil
 		}
-		backoff = 0
 		s.enroll(cli, c)
 	}
 }

@@ -171,34 +171,38 @@ func (l *failingListener) Accept() (net.Conn, error) {
 	return l.Listener.Accept()
 }
 
-// TestLoopsAcceptRetries: a failed Accept neither ends Serve nor drops
+// TestFrontEndsAcceptRetries: a failed Accept neither ends Serve nor drops
 // the connections being served; accepting resumes.
-func TestLoopsAcceptRetries(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fl := &failingListener{Listener: ln}
-	fl.n.Store(3)
-	b := memory.New(memory.Config{})
-	srv := proxy.New(proxy.Config{DataPath: proxy.DataPathLoops}, b)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(fl) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-served
-		b.Close(ctx)
-	})
-	c := dial(t, ln.Addr().String())
-	c.send("PING\r\n")
-	if got := c.line(t); got != "+PONG\r\n" {
-		t.Fatalf("got %q; want +PONG", got)
-	}
-	select {
-	case err := <-served:
-		t.Fatalf("Serve returned %v after failed accepts", err)
-	default:
+func TestFrontEndsAcceptRetries(t *testing.T) {
+	for _, path := range dataPaths {
+		t.Run(path, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fl := &failingListener{Listener: ln}
+			fl.n.Store(3)
+			b := memory.New(memory.Config{})
+			srv := proxy.New(proxy.Config{DataPath: path}, b)
+			served := make(chan error, 1)
+			go func() { served <- srv.Serve(fl) }()
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				srv.Shutdown(ctx)
+				<-served
+				b.Close(ctx)
+			})
+			c := dial(t, ln.Addr().String())
+			c.send("PING\r\n")
+			if got := c.line(t); got != "+PONG\r\n" {
+				t.Fatalf("got %q; want +PONG", got)
+			}
+			select {
+			case err := <-served:
+				t.Fatalf("Serve returned %v after failed accepts", err)
+			default:
+			}
+		})
 	}
 }

@@ -155,7 +155,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.DataPath == DataPathLoops {
 		return s.serveLoops(ln)
 	}
-	dl := &drainListener{Listener: ln, done: make(chan struct{}), max: s.cfg.MaxRequestBytes, idle: s.cfg.IdleTimeout}
+	dl := &drainListener{Listener: ln, done: make(chan struct{}), max: s.cfg.MaxRequestBytes, idle: s.cfg.IdleTimeout, log: s.log}
 	if !s.listening(dl) {
 		return nil
 	}
@@ -295,12 +295,13 @@ type drainListener struct {
 	net.Listener
 	max  int64
 	idle time.Duration
+	log  *slog.Logger
 	done chan struct{}
 	once sync.Once
 }
 
 func (l *drainListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
+	c, err := accept(l.Listener, l.log)
 	if err != nil {
 		<-l.done
 		return nil, net.ErrClosed
@@ -311,3 +312,21 @@ func (l *drainListener) Accept() (net.Conn, error) {
 }
 
 func (l *drainListener) release() { l.once.Do(func() { close(l.done) }) }
+
+// accept returns the next connection of ln. A failure other than a closed
+// listener (out of file descriptors, a connection aborted before it was
+// accepted) is logged and retried with a backoff of up to a second, as
+// net/http does: the connections being served stay, and so does the
+// listener. The error returned is the closed listener's.
+func accept(ln net.Listener, log *slog.Logger) (net.Conn, error) {
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err == nil || errors.Is(err, net.ErrClosed) {
+			return c, err
+		}
+		backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+		log.Error("accept failed; retrying", "err", err, "in", backoff)
+		time.Sleep(backoff)
+	}
+}
