@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -107,11 +106,6 @@ func TestConformance(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, addrsOf(nodes)) })
 }
 
-// deadAddr is a loopback address nothing listens on: a node that is down.
-func deadAddr(t *testing.T) string {
-	return "127.0.0.1:" + strconv.Itoa(testsrv.FreePort(t))
-}
-
 // TestAcquireEverySubset tries an acquire with every node of N=3 and N=5
 // in every state (up, down, paused, held by another owner) and checks the
 // outcome class: OK only with a majority up, nil only with N−Q+1 holders
@@ -126,7 +120,7 @@ func TestAcquireEverySubset(t *testing.T) {
 				direct[i] = redis.NewClient(&redis.Options{Addr: nd.Addr})
 				defer direct[i].Close()
 			}
-			dead := deadAddr(t)
+			dead := testsrv.DeadAddr(t)
 			q := n/2 + 1
 			states := []string{"up", "down", "paused", "held"}
 			combos := 1
@@ -208,7 +202,7 @@ func TestAcquireEverySubset(t *testing.T) {
 }
 
 func TestTryAgainText(t *testing.T) {
-	b := newBackend(t, []string{deadAddr(t), deadAddr(t), deadAddr(t)})
+	b := newBackend(t, []string{testsrv.DeadAddr(t), testsrv.DeadAddr(t), testsrv.DeadAddr(t)})
 	_, err := b.Set(t.Context(), 0, "k", []byte("t"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Second}})
 	var re *backend.ReplyError
 	if !errors.As(err, &re) || re.Reply != "TRYAGAIN quorum not reached: 0 of 3 nodes answered" {

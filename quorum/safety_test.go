@@ -67,7 +67,7 @@ func TestRestartedNodeIsQuarantined(t *testing.T) {
 
 func TestCheckFailsWithoutMajority(t *testing.T) {
 	nodes := startNodes(t, 1)
-	b := newBackend(t, []string{nodes[0].Addr, deadAddr(t), deadAddr(t)})
+	b := newBackend(t, []string{nodes[0].Addr, testsrv.DeadAddr(t), testsrv.DeadAddr(t)})
 	if err := b.Check(t.Context()); err == nil {
 		t.Fatal("Check with one node of three = nil")
 	}

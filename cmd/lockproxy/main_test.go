@@ -148,7 +148,7 @@ func runBinary(t *testing.T, extra []string, wantLog ...string) string {
 // line names the admin address and keeps its warnings apart.
 func TestJSONLogsWithNodeDown(t *testing.T) {
 	bin := testsrv.BuildLockproxy(t)
-	dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(testsrv.FreePort(t)))
+	dead := testsrv.DeadAddr(t)
 	nodes := []string{testsrv.StartRedis(t).Addr, testsrv.StartRedis(t).Addr, dead}
 	p := testsrv.StartBinary(t, bin, "--backend", "quorum", "--quorum-nodes", strings.Join(nodes, ","),
 		"--log-format", "json", "--log-level", "info")

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -70,6 +71,34 @@ func FreePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// deadPorts is the last port DeadAddr handed out.
+var deadPorts atomic.Int32
+
+// DeadAddr returns a loopback address that refuses connections: a node or
+// server that is down. It is a privileged port (below 1024), never one of
+// the ephemeral ports FreePort hands out, so a test package running at the
+// same time cannot start a server there while a test counts it as down (a
+// freed ephemeral port was taken by another package's redis-server once,
+// and a "down" node answered). Each call returns a different address.
+func DeadAddr(t testing.TB) string {
+	t.Helper()
+	for {
+		p := deadPorts.Add(1)
+		if p >= 1024 {
+			t.Fatal("no loopback port below 1024 refuses connections")
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(p)))
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return addr
+		}
+	}
 }
 
 // StartRedis starts redis-server on a free 127.0.0.1 port with nothing
