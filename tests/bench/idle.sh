@@ -12,14 +12,7 @@
 set -euo pipefail
 n=${1:-10000}
 base=${BASE_PORT:-17700}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	rm -rf "$dir"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/common.sh" # root, dir, pids, cleanup at exit, cpu
 (cd "$root" && go build -o "$dir/lockproxy" ./cmd/lockproxy && go build -o "$dir/idleconns" ./tests/bench/idleconns)
 cd "$dir" # no config.yaml here
 for ping in yes no; do

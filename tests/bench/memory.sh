@@ -15,17 +15,9 @@ set -euo pipefail
 dur=${1:-10s}
 rounds=${2:-1}
 base=${BASE_PORT:-17000}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	rm -rf "$dir"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/common.sh" # root, dir, pids, cleanup at exit, cpu
 
 (cd "$root" && go build -o "$dir/lockproxy" ./cmd/lockproxy && go build -o "$dir/lockbench" ./cmd/lockbench)
-cpu() { awk '{print $14+$15}' "/proc/$1/stat"; } # user+system ticks (1/100 s)
 redis-server --port $((base + 4)) --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >/dev/null &
 rs=$!
 pids+=($rs)

@@ -11,17 +11,9 @@ set -euo pipefail
 mode=${1:-redsync}
 dur=${2:-10s}
 base=${BASE_PORT:-17000}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	rm -rf "$dir"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/common.sh" # root, dir, pids, cleanup at exit, cpu
 
 (cd "$root" && go build -o "$dir/lockproxy" ./cmd/lockproxy && go build -o "$dir/lockbench" ./cmd/lockbench)
-cpu() { awk '{print $14+$15}' "/proc/$1/stat"; } # user+system ticks (1/100 s)
 for i in 1 2 3 4; do
 	redis-server --port $((base + i)) --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >/dev/null &
 	pids+=($!)
