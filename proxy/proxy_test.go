@@ -47,7 +47,7 @@ type server struct {
 }
 
 // start serves b on a free port, on the front end LOCKPROXY_TEST_DATA_PATH
-// names (goroutines when unset) unless cfg names one.
+// names (the default, loops, when unset) unless cfg names one.
 func start(t *testing.T, cfg proxy.Config, b backend.Backend) *server {
 	t.Helper()
 	if cfg.DataPath == "" {
