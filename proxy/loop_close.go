@@ -27,15 +27,14 @@ import (
 //   - bounds: input held behind a running command, and replies the client
 //     does not take, are bounded (maxQueryBytes, maxOutputBytes).
 
-const (
-	// lingerPoll is how often a closing connection checks whether the
-	// client took its output (gnet reports no write progress).
-	lingerPoll = 5 * time.Millisecond
-	// lingerStall ends a closing connection whose client has taken none
-	// of its output for this long; it also bounds the writes of a
-	// detached connection.
-	lingerStall = 10 * time.Second
-)
+// lingerPoll is how often a closing connection checks whether the client
+// took its output (gnet reports no write progress).
+const lingerPoll = 5 * time.Millisecond
+
+// lingerStall ends a closing connection whose client has taken none of its
+// output for this long; it also bounds the write of a detached connection.
+// A variable for the test of the stall.
+var lingerStall = 10 * time.Second
 
 // lingerState is a closing connection's progress; it belongs to the loop.
 type lingerState struct {
