@@ -28,7 +28,9 @@ type loopHandler struct {
 
 // loopConn is one client connection on an event loop. Its fields belong
 // to the loop, except those under mu (the hand-off with the goroutine
-// running a blocking command) and lastActive (read by the idle sweep).
+// running a blocking command), lastActive (read by the idle sweep) and
+// closing.armed; once detached (loop_close.go), to the goroutine that
+// finishes it.
 type loopConn struct {
 	s         *Server
 	cl        *client
