@@ -45,11 +45,12 @@ go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
 	-race -count=1 -timeout 25m ./... |
 	grep --line-buffered -Ev '^(PASS|SKIP) [^ .]+\.[^ /]+/'
 
-# The event-loop front end (data-path: loops) is not the default yet: the
-# black-box suites that cover what a client observes run again on it
-# (differential corpus on every backend, go-redis, redsync, redislock,
-# MULTI, ops); the proxy package's own tests run both front ends above.
-LOCKPROXY_TEST_DATA_PATH=loops go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
+# The run above is on the default front end (data-path: loops); the
+# black-box suites that cover what a client observes run again on the other
+# one, goroutines, which TLS listeners use (differential corpus on every
+# backend, go-redis, redsync, redislock, MULTI, ops); the proxy package's
+# own tests run both front ends above.
+LOCKPROXY_TEST_DATA_PATH=goroutines go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
 	-race -count=1 -timeout 15m \
 	-run 'TestDifferential$|TestDifferentialQuorum|TestDifferentialPostgres|TestNative|TestNewerCommands|TestResp|TestGoRedis|TestRedsync|TestRedislock$|TestOps|TestMulti|TestAdmin|TestMetrics' \
 	./tests/ |

@@ -11,33 +11,64 @@
 //
 // Two front ends (Config.DataPath) serve the same client state and
 // command table, so a client cannot tell them apart:
-//   - goroutines (the default): redcon's server, a goroutine per
-//     connection; limitConn applies the request limits and the idle
-//     timeout to its reads. It takes any listener, TLS included.
-//   - loops: gnet v2 event loops (Config.Loops, default GOMAXPROCS-1) own
-//     the connections; accepting stays a goroutine on the listener, which
-//     enrolls each connection into a loop (loop_serve.go). A loop reads
-//     what a connection sent, runs the complete commands one after the
-//     other (parsed by redcon.ReadNextCommand, limits by the same framing
-//     scan as limitConn, with the same hold-back rule), and writes the
-//     batch's replies with one write. On a backend.Immediate backend
-//     (memory) every command runs on the loop, scripts too (the memory
-//     backend runs a script alone anyway, as Redis does). A command that
-//     may wait (other backends, passthrough) runs on a goroutine; the
-//     connection takes no further command until its reply is back on the
-//     loop, so replies keep their order. This path saves the goroutine
-//     park and wake-up per command: the CPU a lock cycle costs drops
-//     toward redis-server's (tests/bench/memory.sh). It reads raw sockets:
-//     a TLS listener needs the goroutine front end.
-//     Known gaps that keep it from being the default (issue #14, found by
-//     review; the goroutine front end has none of them): (1) a close the
-//     loop decides (QUIT, a limit refusal, a drain, a panic) makes one
-//     non-blocking attempt to flush, so replies a slow reader has not taken
-//     yet can be cut; (2) a client that half-closes while a command runs
-//     off the loop gets no reply to it or to what it pipelined after (gnet
-//     closes on end of stream); (3) input that arrives while a command runs
-//     off the loop, and output a client does not read, are buffered without
-//     bound (the goroutine front end stops reading, or blocks on the write).
+//   - loops (the default): gnet v2 event loops (Config.Loops, default
+//     GOMAXPROCS-1) own the connections; accepting stays a goroutine on
+//     the listener, which enrolls each connection into a loop
+//     (loop_serve.go). A loop reads what a connection sent, runs the
+//     complete commands one after the other (parsed by
+//     redcon.ReadNextCommand, limits by the same framing scan as
+//     limitConn, with the same hold-back rule), and writes the batch's
+//     replies with one write. On a backend.Immediate backend (memory)
+//     every command runs on the loop, scripts too (the memory backend runs
+//     a script alone anyway, as Redis does). A command that may wait
+//     (other backends, passthrough) runs on a goroutine; the connection
+//     takes no further command until its reply is back on the loop, so
+//     replies keep their order. This path saves the goroutine park and
+//     wake-up per command: the CPU a lock cycle costs drops toward
+//     redis-server's (tests/bench/memory.sh). It reads raw sockets: a TLS
+//     listener needs the goroutine front end.
+//   - goroutines: redcon's server, a goroutine per connection; limitConn
+//     applies the request limits and the idle timeout to its reads. It
+//     takes any listener, TLS included.
+//
+// How a connection ends on the loops, and what is bounded (loop_close.go;
+// each point has a test on real sockets):
+//   - A close the server decides (QUIT, a limit refusal, a drain, the idle
+//     timeout, a panic) comes after the client has taken every reply
+//     before it: the connection takes no further command and lingers while
+//     the client takes its output, as the goroutine front end (a blocking
+//     write) and redis-server do. A client that takes nothing for 10
+//     seconds is closed with its replies cut (the goroutine front end
+//     would wait on it until the drain's deadline).
+//   - A client that shuts down its writing half while a command runs off
+//     the loop gets that command's reply and those of the complete
+//     commands it pipelined after it. gnet closes a connection as soon as
+//     a read finds the end of stream, even while a command runs (its read
+//     path has no half-close state), so the connection is finished on a
+//     goroutine, on a duplicate of the socket taken in OnClose, with one
+//     write bounded by 10 seconds. redis-server answers such a client too:
+//     it runs the commands it read before it reads the end of stream (it
+//     drops only blocking commands such as BLPOP). Like redis-server, a
+//     half-closed client whose earlier replies are still unsent when the
+//     end of stream is read loses them (checked with redis-server 7.0:
+//     30 pipelined 1 MiB ECHO, shutdown(SHUT_WR) after 2 s without
+//     reading: 219 kB delivered); the goroutine front end would deliver
+//     them.
+//   - gnet cannot stop reading a connection, so what a client sends
+//     while a command runs off the loop is held, up to twice
+//     MaxRequestBytes [16 MiB]; past that the client is closed and the
+//     server logs "closing client that reached max query buffer length",
+//     as Redis does past client-query-buffer-limit (1 GB there). The
+//     goroutine front end stops reading instead (TCP holds the client
+//     back), so it never closes such a client.
+//   - Replies a client does not take are held, up to eight times
+//     MaxRequestBytes [64 MiB] (eight maximal replies); past that the
+//     client is closed at once ("closing client that reached max output
+//     buffer length"). Redis's client-output-buffer-limit for normal
+//     clients is unlimited by default; this bound differs on purpose (no
+//     unbounded per-connection buffer). The goroutine front end blocks on
+//     its write and stops reading instead, so it holds one batch's replies
+//     at most, and a client that never reads stalls it.
 //
 // On both front ends a failed Accept (out of file descriptors, say) is
 // logged and retried with a backoff of up to a second; the connections

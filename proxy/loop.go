@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,23 +28,30 @@ type loopHandler struct {
 
 // loopConn is one client connection on an event loop. Its fields belong
 // to the loop, except those under mu (the hand-off with the goroutine
-// running a blocking command) and lastActive (read by the idle sweep).
+// running a blocking command), lastActive (read by the idle sweep) and
+// closing.armed; once detached (loop_close.go), to the goroutine that
+// finishes it.
 type loopConn struct {
-	s       *Server
-	cl      *client
-	gc      gnet.Conn
-	f       framing  // Redis's request limits, as limitConn applies them
-	in      []byte   // bytes received and not yet run (see serve)
-	scanned int      // how many bytes of the batch framing has passed
-	out     []byte   // the replies of the batch, written once
-	argv    [][]byte // ReadNextCommand's reusable argument slice
-	busy    bool     // a command runs off the loop; the loop waits for it
+	s         *Server
+	cl        *client
+	gc        gnet.Conn
+	f         framing  // Redis's request limits, as limitConn applies them
+	in        []byte   // bytes received and not yet run (see serve)
+	scanned   int      // how many bytes of the batch framing has passed
+	out       []byte   // the replies of the batch, written once
+	argv      [][]byte // ReadNextCommand's reusable argument slice
+	busy      bool     // a command runs off the loop; the loop waits for it
+	sent      int      // output gnet held at the start of the batch (the output bound)
+	over      string   // a buffer bound the client broke: close at once (loop_close.go)
+	finishing bool     // a goroutine finishes a half-closed connection: everything runs on it
+	closing   lingerState
 
 	lastActive atomic.Int64 // unix nanoseconds of the last input or reply
 
-	mu   sync.Mutex
-	done *result // the off-loop command's result, not yet taken by the loop
-	gone bool    // the connection closed: the goroutine cleans up instead
+	mu       sync.Mutex
+	done     *result  // the off-loop command's result, not yet taken by the loop
+	gone     bool     // the connection closed: the goroutine cleans up instead
+	detached net.Conn // the half-closed connection the goroutine finishes on (loop_close.go)
 }
 
 func newLoopConn(s *Server, addr string) *loopConn {
@@ -66,8 +74,11 @@ func (h *loopHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	return nil, gnet.None
 }
 
-func (h *loopHandler) OnClose(c gnet.Conn, _ error) gnet.Action {
+func (h *loopHandler) OnClose(c gnet.Conn, err error) gnet.Action {
 	lc := c.Context().(*loopConn)
+	if lc.busy && lc.detach(c, err) {
+		return gnet.None // a goroutine finishes the half-closed connection
+	}
 	lc.mu.Lock()
 	lc.gone = true
 	running := lc.busy && lc.done == nil
@@ -90,13 +101,17 @@ func (h *loopHandler) OnClose(c gnet.Conn, _ error) gnet.Action {
 func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
 	lc := c.Context().(*loopConn)
 	data, _ := c.Next(-1)
+	if lc.closing.on {
+		return lc.linger(c) // input after the close is dropped, as Redis does after QUIT
+	}
 	active := len(data) > 0
 	act := gnet.None
+	lc.sent = c.OutboundBuffered()
 	if lc.busy {
 		r := lc.take()
 		if r == nil { // the input waits behind the running command
 			lc.in = append(lc.in, data...)
-			return gnet.None
+			return lc.checkQuery()
 		}
 		lc.busy, active = false, true
 		lc.out = lc.cl.appendReply(lc.out, *r)
@@ -107,6 +122,9 @@ func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
 	if act == gnet.None {
 		act = lc.serveInput(data)
 	}
+	if lc.over != "" {
+		return lc.closeOver()
+	}
 	if len(lc.out) > 0 {
 		c.Write(lc.out) // gnet keeps what the socket does not take now
 		lc.out = lc.out[:0]
@@ -114,10 +132,13 @@ func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
 			lc.out = nil // do not keep a big reply's buffer per connection
 		}
 	}
-	if act != gnet.None || lc.busy {
-		return act
+	if act == gnet.None && !lc.busy {
+		act = lc.afterBatch(active)
 	}
-	return lc.afterBatch(active)
+	if act == gnet.Close {
+		return lc.closeAfterOutput(c) // deliver what gnet still holds first
+	}
+	return act
 }
 
 // afterBatch closes a connection that has nothing running when the
@@ -184,7 +205,7 @@ func (lc *loopConn) serve(buf []byte) (int, gnet.Action) {
 			if len(args) == 0 {
 				continue // an empty inline line
 			}
-			if lc.cl.blocking(args) {
+			if !lc.offLoop() && lc.cl.blocking(args) {
 				lc.runOff(cloneArgs(args))
 				clear(args)
 				return used, gnet.None
@@ -193,6 +214,9 @@ func (lc *loopConn) serve(buf []byte) (int, gnet.Action) {
 			clear(args) // argv must not keep a big input buffer alive
 			lc.out = lc.cl.appendReply(lc.out, r)
 			if r.panicked || lc.cl.closeNow {
+				return used, gnet.Close
+			}
+			if lc.checkOutput() {
 				return used, gnet.Close
 			}
 		}
@@ -260,11 +284,15 @@ func (lc *loopConn) runOff(args [][]byte) {
 	go func() {
 		r := lc.cl.run(args)
 		lc.mu.Lock()
-		gone := lc.gone
+		gone, detached := lc.gone, lc.detached
 		if !gone {
 			lc.done = &r
 		}
 		lc.mu.Unlock()
+		if detached != nil {
+			lc.finish(detached, r) // OnClose left the half-closed connection to this goroutine
+			return
+		}
 		if gone {
 			lc.cl.closeUpstream() // OnClose left both to this goroutine
 			lc.s.forget(lc.cl)

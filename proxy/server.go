@@ -53,10 +53,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the proxy's metrics. default: none kept
 	Registerer prometheus.Registerer
-	// DataPath is the front end: DataPathGoroutines (a goroutine per
-	// connection, on redcon) or DataPathLoops (gnet event loops; the
-	// listener must yield *net.TCPConn or *net.UnixConn, so not TLS).
-	// default: DataPathGoroutines
+	// DataPath is the front end: DataPathLoops (gnet event loops; the
+	// listener must yield *net.TCPConn or *net.UnixConn, so not TLS) or
+	// DataPathGoroutines (a goroutine per connection, on redcon; any
+	// listener). default: DataPathLoops
 	DataPath string
 	// Loops is the number of event loops on DataPathLoops.
 	// default: GOMAXPROCS-1, at least 1. A loop waits in epoll_wait, a
@@ -90,7 +90,7 @@ func (c Config) withDefaults() Config {
 		c.CommandTimeout = 10 * time.Second
 	}
 	if c.DataPath == "" {
-		c.DataPath = DataPathGoroutines
+		c.DataPath = DataPathLoops
 	}
 	if c.Loops <= 0 {
 		c.Loops = max(1, runtime.GOMAXPROCS(0)-1)

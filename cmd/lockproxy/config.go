@@ -59,7 +59,7 @@ func defaults() Config {
 		AdminListen: "127.0.0.1:9121", ProtectedMode: true, LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
 		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms", IdleTimeout: "0s",
-		MigrateTimeout: "50ms", DataPath: "goroutines",
+		MigrateTimeout: "50ms", DataPath: "loops",
 	}
 }
 

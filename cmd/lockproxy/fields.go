@@ -102,7 +102,7 @@ func fields(c *Config) []field {
 		str("quorum-tls-key-file", "the key of quorum-tls-cert-file (PEM)", &c.QuorumTLSKeyFile),
 		str("passthrough", "redis:// or rediss:// URL of a Redis that receives every command lockproxy does not serve", &c.Passthrough),
 		str("idle-timeout", "close a client connection idle this long; 0 never", &c.IdleTimeout),
-		str("data-path", "goroutines (one per connection) or loops (event loops); TLS listeners always use goroutines", &c.DataPath),
+		str("data-path", "loops (a few event loops own the connections) or goroutines (one per connection); a TLS listener is always served on goroutines", &c.DataPath),
 		str("migrate-from", "redis:// or rediss:// URL of the legacy Redis: every lock is also taken there while the fleet moves to lockproxy", &c.MigrateFrom),
 		str("migrate-timeout", "how long one operation may take on the legacy Redis (far below the TTLs)", &c.MigrateTimeout),
 	}

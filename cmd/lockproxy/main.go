@@ -196,9 +196,6 @@ func (c Config) warnings() []string {
 	if c.open() {
 		w = append(w, "protected-mode is off: clients from the network are served without a password")
 	}
-	if c.dataPath() != c.DataPath {
-		w = append(w, "data-path loops does not serve TLS: clients are served on goroutines")
-	}
 	return w
 }
 

@@ -18,7 +18,7 @@ cd "$dir" # no config.yaml here
 for ping in yes no; do
 	redis-server --port $((base + 1)) --bind 127.0.0.1 --save '' --appendonly no --maxclients $((n + 100)) >/dev/null &
 	r=$!
-	"$dir/lockproxy" --listen 127.0.0.1:$((base + 2)) --admin-listen '' --max-clients $((n + 100)) >/dev/null 2>&1 &
+	"$dir/lockproxy" --listen 127.0.0.1:$((base + 2)) --admin-listen '' --max-clients $((n + 100)) --data-path goroutines >/dev/null 2>&1 &
 	g=$!
 	"$dir/lockproxy" --listen 127.0.0.1:$((base + 3)) --admin-listen '' --max-clients $((n + 100)) --data-path loops >/dev/null 2>&1 &
 	l=$!
