@@ -1,6 +1,7 @@
 package testsrv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -193,6 +195,14 @@ func (p *Postgres) Start() error {
 	if p.bin == "" {
 		return errors.New("not a cluster of the tests' own")
 	}
+	return p.startBy(time.Now().Add(30 * time.Second))
+}
+
+func (p *Postgres) startBy(deadline time.Time) error {
+	logStart := 0
+	if fi, err := os.Stat(filepath.Join(p.dir, "postgres.log")); err == nil {
+		logStart = int(fi.Size())
+	}
 	logf, err := os.OpenFile(filepath.Join(p.dir, "postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -216,7 +226,6 @@ func (p *Postgres) Start() error {
 	p.mu.Lock()
 	p.proc = proc
 	p.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		c, err := pgx.Connect(ctx, p.DSN)
@@ -229,6 +238,12 @@ func (p *Postgres) Start() error {
 		select {
 		case <-proc.exited:
 			log, _ := os.ReadFile(filepath.Join(p.dir, "postgres.log"))
+			if len(log) >= logStart && bytes.Contains(log[logStart:], []byte("pre-existing shared memory block")) && time.Now().Before(deadline) {
+				// A backend of the previous server has not exited yet
+				// (one forked after signal noted the children): try again.
+				time.Sleep(100 * time.Millisecond)
+				return p.startBy(deadline)
+			}
 			return fmt.Errorf("postgres exited (%v); log:\n%s", cmd.ProcessState, log)
 		default:
 		}
@@ -261,30 +276,40 @@ func (p *Postgres) signal(s syscall.Signal) {
 	if proc == nil {
 		return
 	}
+	// The postmaster's children outlive it for a moment (a SIGKILLed
+	// postmaster cannot tell them to go), and a new postmaster refuses to
+	// start while one of them still holds the old shared memory ("pre-
+	// existing shared memory block … is still in use"): note them now, by
+	// parent, and wait for each after the postmaster.
+	children := childPids(proc.cmd.Process.Pid)
 	proc.cmd.Process.Signal(s)
 	<-proc.exited
-	if s == syscall.SIGKILL || s == syscall.SIGQUIT {
-		// The postmaster's children outlive it for a moment; a new
-		// postmaster refuses to start until they are gone.
-		for range 500 {
-			if _, err := os.Stat(filepath.Join(p.dir, "data", "postmaster.pid")); err != nil {
-				break
+	if s != syscall.SIGKILL && s != syscall.SIGQUIT {
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, pid := range children {
+		for syscall.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				syscall.Kill(pid, syscall.SIGKILL) // a crash takes them all
 			}
-			if !p.childrenLeft() {
-				os.Remove(filepath.Join(p.dir, "data", "postmaster.pid"))
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // polling: they are not our children
 		}
 	}
+	os.Remove(filepath.Join(p.dir, "data", "postmaster.pid"))
 }
 
-// childrenLeft reports whether a backend process of this cluster still
-// holds its shared memory (its command line names the data directory's
-// port).
-func (p *Postgres) childrenLeft() bool {
-	out, _ := exec.Command("pgrep", "-f", "postgres: .*"+strconv.Itoa(p.Port)).Output()
-	return len(out) > 0
+// childPids lists the processes whose parent is pid (the postmaster's
+// backends and auxiliary processes).
+func childPids(pid int) []int {
+	out, _ := exec.Command("pgrep", "-P", strconv.Itoa(pid)).Output()
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids
 }
 
 // cleanAfterExit leaves a watchdog that stops the shared cluster and
