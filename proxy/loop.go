@@ -7,6 +7,8 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"github.com/tidwall/redcon"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // The event-loop front end (Config.DataPath "loops"): a few gnet event
@@ -22,7 +24,8 @@ import (
 // loopHandler is gnet's event handler for client connections.
 type loopHandler struct {
 	gnet.BuiltinEventEngine
-	s *Server
+	s     *Server
+	loops *loopBackends // the backend's part of each loop (loop_backend.go)
 }
 
 // loopConn is one client connection on an event loop. Its fields belong
@@ -38,6 +41,8 @@ type loopConn struct {
 	out     []byte   // the replies of the batch, written once
 	argv    [][]byte // ReadNextCommand's reusable argument slice
 	busy    bool     // a command runs off the loop; the loop waits for it
+
+	lb backend.LoopBackend // the backend's part of this loop, or nil (loop_backend.go)
 
 	lastActive atomic.Int64 // unix nanoseconds of the last input or reply
 
@@ -57,7 +62,11 @@ func newLoopConn(s *Server, addr string) *loopConn {
 func (lc *loopConn) wake() { lc.gc.Wake(nil) }
 
 func (h *loopHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	if pc, ok := c.Context().(*peerConn); ok { // a backend's connection (loop_backend.go)
+		return pc.open(c)
+	}
 	lc := c.Context().(*loopConn)
+	lc.lb = h.loops.of(c)
 	lc.gc = c
 	lc.lastActive.Store(time.Now().UnixNano())
 	if !h.s.register(lc.cl) {
@@ -66,7 +75,11 @@ func (h *loopHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	return nil, gnet.None
 }
 
-func (h *loopHandler) OnClose(c gnet.Conn, _ error) gnet.Action {
+func (h *loopHandler) OnClose(c gnet.Conn, err error) gnet.Action {
+	if pc, ok := c.Context().(*peerConn); ok { // a backend's connection (loop_backend.go)
+		pc.closed(err)
+		return gnet.None
+	}
 	lc := c.Context().(*loopConn)
 	lc.mu.Lock()
 	lc.gone = true
@@ -88,6 +101,9 @@ func (h *loopHandler) OnClose(c gnet.Conn, _ error) gnet.Action {
 // OnTraffic runs on new input and on every wake-up: a blocking command's
 // result, a drain, an idle check.
 func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
+	if pc, ok := c.Context().(*peerConn); ok { // a backend's connection (loop_backend.go)
+		return pc.traffic(c)
+	}
 	lc := c.Context().(*loopConn)
 	data, _ := c.Next(-1)
 	active := len(data) > 0
@@ -185,6 +201,10 @@ func (lc *loopConn) serve(buf []byte) (int, gnet.Action) {
 				continue // an empty inline line
 			}
 			if lc.cl.blocking(args) {
+				if lc.startOnLoop(args) { // the backend runs it on the loop (loop_backend.go)
+					clear(args)
+					return used, gnet.None
+				}
 				lc.runOff(cloneArgs(args))
 				clear(args)
 				return used, gnet.None
