@@ -326,7 +326,7 @@ func (cl *client) reject(name, reply string) backend.Value {
 // with the command deadline unless the backend never waits
 // (backend.Immediate; a script's run time is bounded by luascripts).
 func (cl *client) commandCtx() (context.Context, context.CancelFunc) {
-	if cl.s.immediate {
+	if cl.s.immediate || cl.alt != nil { // a stand-in (loop_backend.go) never waits
 		return cl.ctx, func() {}
 	}
 	return context.WithTimeout(cl.ctx, cl.s.cfg.CommandTimeout)
