@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -138,12 +140,22 @@ type loopCmd struct {
 // startOnLoop offers args, a command that would run off the loop, to the
 // backend's part of the loop, and reports whether it took it (the
 // connection is then busy until the outcome is back).
-func (lc *loopConn) startOnLoop(args [][]byte) bool {
+func (lc *loopConn) startOnLoop(args [][]byte) (started bool) {
 	cl := lc.cl
 	if lc.lb == nil || !cl.authed || cl.inMulti {
 		return false
 	}
 	c := &loopCmd{lc: lc, t0: time.Now()}
+	defer func() {
+		// As client.run does; then runOff runs the command from scratch
+		// (and meets the panic there), unless the backend took it.
+		if p := recover(); p != nil {
+			lc.s.log.Error("panic starting a command on the event loop", "conn_id", cl.id, "cmd", cl.lastCmd, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			cl.alt = nil
+			lc.busy = c.started
+			started = c.started
+		}
+	}()
 	if kc := keycmd.Lookup(args[0]); kc != nil {
 		if kc.Name != "set" {
 			return false

@@ -489,7 +489,7 @@ func (ln *lnode) dial() {
 		}
 		err = fmt.Errorf("node %s: %w", ln.st.addr, err)
 		ln.ql.exec(func() {
-			if ln.state != closed {
+			if ln.state == connecting { // not closed meanwhile (nor up: one dial at a time)
 				ln.ready = true
 				ln.fail(err, down)
 			}
