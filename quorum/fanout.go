@@ -128,12 +128,13 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 // dispatch sends each node its request (reqFor; nil sends nothing) through
 // send, the same on the stream and the loop paths.
 func (b *Backend) dispatch(o *op, reqFor func(i int) *req, send func(i int, r *req)) {
+	now := time.Now()
 	for i := range b.nodes {
 		r := reqFor(i)
 		switch {
 		case r == nil:
 			o.deliver(i, nil, errNotSent)
-		case b.quarantined(i) && len(r.undo) == 0:
+		case b.health[i].quarantinedAt(now) && len(r.undo) == 0:
 			// Quarantined nodes get no votes to cast, but they do get
 			// undos: an acquire may have landed there just before the
 			// quarantine began.
