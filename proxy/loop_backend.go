@@ -16,7 +16,8 @@ import (
 )
 
 // Commands started on the event loop (backend.Looper; the quorum backend
-// does it for acquires and release scripts). A command that would run off
+// does it for acquires, release scripts and majority reads: SET, EVAL and
+// EVALSHA in their forms, GET, TTL, PTTL). A command that would run off
 // the loop (runOff) is first offered to the backend's part of the loop,
 // in two passes through the ordinary command code, so that parsing,
 // errors, replies and metrics stay one copy:
@@ -133,7 +134,7 @@ type loopCmd struct {
 	replay  bool // pass 2
 	used    bool // pass 2: the outcome was asked for
 	set     backend.SetResult
-	v       backend.Value
+	v       backend.Value // Eval's value; Get's token in Str (ok in Int), PTTL's in Int
 	err     error
 }
 
@@ -157,7 +158,9 @@ func (lc *loopConn) startOnLoop(args [][]byte) (started bool) {
 		}
 	}()
 	if kc := keycmd.Lookup(args[0]); kc != nil {
-		if kc.Name != "set" {
+		switch kc.Name {
+		case "set", "get", "ttl", "pttl":
+		default:
 			return false
 		}
 		c.args = cloneArgs(args)
@@ -190,7 +193,7 @@ func (c *loopCmd) finish() {
 	cl.alt, cl.t0 = c, c.t0
 	r := cl.run(c.args)
 	cl.alt, cl.t0 = nil, time.Time{}
-	if !c.used && !r.panicked {
+	if !c.used && !r.panicked && isEval(cl.lastCmd) {
 		// The script left the script cache between the passes (SCRIPT
 		// FLUSH): it ran all the same, and its outcome is the reply.
 		r.v = c.v
@@ -240,18 +243,47 @@ func (c *loopCmd) Eval(_ context.Context, db int, s backend.Script, keys []strin
 	return backend.Value{}, errOnLoop
 }
 
-// The other methods are never started on the loop: a command calling one
-// is left to runOff (pass 1), and pass 2 runs only a command that called
-// Set or Eval.
-func (c *loopCmd) Get(context.Context, int, string) ([]byte, bool, error) {
+// Get starts (pass 1) or answers (pass 2) a GET.
+func (c *loopCmd) Get(_ context.Context, db int, key string) ([]byte, bool, error) {
+	if c.replay {
+		c.used = true
+		return c.v.Str, c.v.Int == 1, c.err
+	}
+	c.started = c.lc.lb.StartGet(db, key, c.deadline(), func(tok []byte, ok bool, err error) {
+		c.v, c.err = backend.Value{Str: tok, Int: b2i(ok)}, err
+		c.finish()
+	})
 	return nil, false, errOnLoop
 }
+
+// PTTL starts (pass 1) or answers (pass 2) a PTTL or TTL.
+func (c *loopCmd) PTTL(_ context.Context, db int, key string) (int64, error) {
+	if c.replay {
+		c.used = true
+		return c.v.Int, c.err
+	}
+	c.started = c.lc.lb.StartPTTL(db, key, c.deadline(), func(ms int64, err error) {
+		c.v, c.err = backend.Value{Int: ms}, err
+		c.finish()
+	})
+	return 0, errOnLoop
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// The other methods are never started on the loop: a command calling one
+// is left to runOff (pass 1), and pass 2 runs only a command that called
+// Set, Eval, Get or PTTL.
 func (c *loopCmd) Del(context.Context, int, []string) (int64, error) { return 0, errOnLoop }
 func (c *loopCmd) DelIf(context.Context, int, string, backend.Cond, []byte) (bool, error) {
 	return false, errOnLoop
 }
 func (c *loopCmd) Exists(context.Context, int, []string) (int64, error) { return 0, errOnLoop }
-func (c *loopCmd) PTTL(context.Context, int, string) (int64, error)     { return 0, errOnLoop }
 func (c *loopCmd) Expire(context.Context, int, string, backend.Expiry, backend.ExpireCond) (bool, error) {
 	return false, errOnLoop
 }

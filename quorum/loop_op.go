@@ -147,3 +147,31 @@ func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byt
 	})
 	return true
 }
+
+// StartGet implements backend.LoopBackend: a majority read, decided as Get
+// decides (getOutcome).
+func (ql *qloop) StartGet(db int, key string, deadline time.Time, done func([]byte, bool, error)) bool {
+	if !ql.usable(db) {
+		return false
+	}
+	r := &req{}
+	r.cmds.Strs("get", key)
+	ql.run(db, same(r), nil, deadline, func(replies []nodeReply, _ time.Duration) {
+		done(ql.b.getOutcome(replies))
+	})
+	return true
+}
+
+// StartPTTL implements backend.LoopBackend: decided as PTTL decides
+// (pttlOutcome).
+func (ql *qloop) StartPTTL(db int, key string, deadline time.Time, done func(int64, error)) bool {
+	if !ql.usable(db) {
+		return false
+	}
+	r := &req{}
+	r.cmds.Strs("pttl", key)
+	ql.run(db, same(r), nil, deadline, func(replies []nodeReply, _ time.Duration) {
+		done(ql.b.pttlOutcome(replies))
+	})
+	return true
+}

@@ -125,6 +125,39 @@ func waitLoopReady(t *testing.T, c *redis.Client, b *quorum.Backend) {
 	}
 }
 
+// GET, PTTL and TTL are majority reads on the loop: the token two of
+// three nodes hold, the TTL two nodes still have; no majority is TRYAGAIN.
+func TestLoopReads(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
+	ctx := t.Context()
+	direct := directClients(t, nodes)
+	waitLoopReady(t, c, b)
+	direct[0].Set(ctx, "k", "a", 0)
+	direct[1].Set(ctx, "k", "b", 10*time.Second)
+	direct[2].Set(ctx, "k", "b", 20*time.Second)
+	onLoops(t, b, 4, func() {
+		if v, err := c.Get(ctx, "k").Result(); v != "b" || err != nil {
+			t.Errorf("GET k = %q, %v; want b (two of three nodes)", v, err)
+		}
+		if _, err := c.Get(ctx, "absent").Result(); err != redis.Nil {
+			t.Errorf("GET absent = %v; want nil", err)
+		}
+		if d, err := c.PTTL(ctx, "k").Result(); err != nil || d <= 9*time.Second || d > 10*time.Second {
+			t.Errorf("PTTL k = %v, %v; want the second longest, about 10s", d, err)
+		}
+		if d, err := c.TTL(ctx, "k").Result(); err != nil || d != 10*time.Second {
+			t.Errorf("TTL k = %v, %v; want 10s", d, err)
+		}
+	})
+	direct[1].Set(ctx, "k", "c", 0)
+	onLoops(t, b, 1, func() {
+		if v, err := c.Get(ctx, "k").Result(); !isTryAgain(err) {
+			t.Errorf("GET k with three different tokens = %q, %v; want TRYAGAIN", v, err)
+		}
+	})
+}
+
 // A partial acquire is undone on the node that granted it, and the answer
 // follows the counts: nil when N−Q+1 nodes said held, TRYAGAIN when a
 // failure decided.

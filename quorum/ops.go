@@ -368,7 +368,11 @@ func (b *Backend) voteBool(replies []nodeReply) (bool, error) {
 
 // Get implements backend.KeySpace: the token a majority holds.
 func (b *Backend) Get(ctx context.Context, db int, key string) ([]byte, bool, error) {
-	replies := b.do(ctx, db, "get", key)
+	return b.getOutcome(b.do(ctx, db, "get", key))
+}
+
+// getOutcome decides a GET from the nodes' replies (both paths).
+func (b *Backend) getOutcome(replies []nodeReply) ([]byte, bool, error) {
 	v, ok := b.voteOne(replies)
 	if !ok {
 		return nil, false, b.errNoQuorum(replies)
@@ -406,7 +410,11 @@ func (b *Backend) Exists(ctx context.Context, db int, keys []string) (int64, err
 // PTTL implements backend.KeySpace: -2 or -1 when a majority says so;
 // otherwise the time to live that at least Q nodes still have.
 func (b *Backend) PTTL(ctx context.Context, db int, key string) (int64, error) {
-	replies := b.do(ctx, db, "pttl", key)
+	return b.pttlOutcome(b.do(ctx, db, "pttl", key))
+}
+
+// pttlOutcome decides a PTTL from the nodes' replies (both paths).
+func (b *Backend) pttlOutcome(replies []nodeReply) (int64, error) {
 	var live []int64
 	count := map[int64]int{}
 	for _, r := range replies {

@@ -76,4 +76,8 @@ type LoopBackend interface {
 	StartSet(db int, key string, token []byte, o SetOptions, deadline time.Time, done func(SetResult, error)) bool
 	// StartEval is Eval, started on the loop; deadline is the command's.
 	StartEval(db int, s Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(Value, error)) bool
+	// StartGet is Get, started on the loop; deadline is the command's.
+	StartGet(db int, key string, deadline time.Time, done func(token []byte, ok bool, err error)) bool
+	// StartPTTL is PTTL, started on the loop; deadline is the command's.
+	StartPTTL(db int, key string, deadline time.Time, done func(int64, error)) bool
 }
