@@ -105,14 +105,15 @@ type qloop struct {
 	flushFn     func()
 
 	// Timers: operation deadlines and overdue checks, in the order they
-	// fall due (every one is now + NodeTimeout when it is added), fired
+	// fall due (every one is now + NodeTimeout when it is added; an
+	// operation whose command deadline comes sooner, with a CommandTimeout
+	// below the node timeout, may fire up to a node timeout late), fired
 	// by one time.Timer that runs tick on the loop.
-	timers  []timerEntry
-	thead   int
-	timer   *time.Timer
-	armed   bool
-	tickFn  func()
-	lastArm time.Time
+	timers []timerEntry
+	thead  int
+	timer  *time.Timer
+	armed  bool
+	tickFn func()
 }
 
 // timerEntry is an operation's deadline (o) or a call's overdue check (cl
