@@ -67,8 +67,11 @@ func evalPlan(s backend.Script, keys []string, args [][]byte, ro, watch bool) (b
 func (b *Backend) evalOutcome(keys []string, args [][]byte, watch bool, at int, replies []nodeReply, elapsed time.Duration) (_ backend.Value, _ error, created []map[string]string, count map[string]int, undoAll bool) {
 	vals := make([]backend.Value, len(replies))
 	ok := make([]bool, len(replies))
-	created = make([]map[string]string, len(replies))
-	ttls := make([][]backend.Value, len(replies))
+	var ttls [][]backend.Value
+	if watch { // unwatched, no key is known to be created: nothing to allocate
+		created = make([]map[string]string, len(replies))
+		ttls = make([][]backend.Value, len(replies))
+	}
 	for i, r := range replies {
 		if r.err != nil || len(r.vals) <= at {
 			continue
@@ -86,7 +89,9 @@ func (b *Backend) evalOutcome(keys []string, args [][]byte, watch bool, at int, 
 	// The longest TTL any node now has on these keys bounds what a node
 	// restarting now may forget (the restart quarantine), whether the
 	// script acquired, extended, or failed.
-	count = createdCount(created)
+	if watch {
+		count = createdCount(created)
+	}
 	longest, shortest := scriptTTLs(keys, created, count, ttls, b.q)
 	b.noteTTL(longest)
 	// An acquire by script gets Redlock's validity check as SET NX does:

@@ -21,7 +21,17 @@ type lop struct {
 	sending bool // inside dispatch or a retry: a reply delivered now is looked at afterwards
 	ended   bool
 	decide  func(replies []nodeReply, elapsed time.Duration)
+
+	// Storage for the common case (up to inlineNodes nodes, one command
+	// each, one call per node): an operation is a handful of allocations,
+	// not a dozen.
+	rbuf [inlineNodes]nodeReply
+	cbuf [inlineNodes]*call
+	cls  [inlineNodes]call
+	vbuf [inlineNodes][1]backend.Value
 }
+
+const inlineNodes = 5
 
 // run starts an operation on the loop, as fanout does on the streams;
 // decide is called on the loop with the replies, once, never from within
@@ -30,7 +40,12 @@ func (ql *qloop) run(db int, reqFor func(int) *req, again func(int, nodeReply) *
 	ql.ops.Add(1)
 	n := len(ql.b.nodes)
 	lo := &lop{ql: ql, db: db, again: again, start: time.Now(), decide: decide}
-	lo.op = op{replies: make([]nodeReply, n), calls: make([]*call, n), left: n}
+	lo.op.left = n
+	if n <= inlineNodes {
+		lo.replies, lo.calls = lo.rbuf[:n], lo.cbuf[:n]
+	} else {
+		lo.replies, lo.calls = make([]nodeReply, n), make([]*call, n)
+	}
 	lo.onLast = lo.progress
 	lo.sending = true
 	ql.b.dispatch(&lo.op, reqFor, lo.send)
@@ -50,7 +65,14 @@ func (ql *qloop) run(db int, reqFor func(int) *req, again func(int, nodeReply) *
 
 func (lo *lop) send(i int, r *req) {
 	ln := lo.ql.node(i, lo.db)
-	cl := &call{o: &lo.op, c: ln, node: i, n: r.cmds.N, vals: make([]backend.Value, 0, r.cmds.N), undo: r.undo, sent: time.Now()}
+	var cl *call
+	if i < inlineNodes && lo.calls[i] == nil && r.cmds.N == 1 { // the first call to node i (a retry gets its own)
+		cl = &lo.cls[i]
+		*cl = call{vals: lo.vbuf[i][:0]}
+	} else {
+		cl = &call{vals: make([]backend.Value, 0, r.cmds.N)}
+	}
+	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, time.Now()
 	lo.calls[i] = cl
 	ln.send(cl, r.cmds.B)
 }
