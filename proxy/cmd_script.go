@@ -136,7 +136,7 @@ func cmdEval(cl *client, args [][]byte) backend.Value {
 func (cl *client) eval(name string, sc backend.Script, keys []string, argv [][]byte, ro bool) backend.Value {
 	ctx, cancel := cl.commandCtx()
 	defer cancel()
-	v, err := cl.s.b.Eval(ctx, cl.db, sc, keys, argv, ro)
+	v, err := cl.store().Eval(ctx, cl.db, sc, keys, argv, ro)
 	if err != nil {
 		return cl.errorValue(name, err)
 	}

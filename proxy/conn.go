@@ -43,6 +43,12 @@ type client struct {
 	closeNow bool // QUIT: close after the reply
 	reply    replyMode
 
+	// alt stands in for the backend while a command is started on, or
+	// finished from, an event loop; t0 is then when it started
+	// (loop_backend.go).
+	alt backend.Backend
+	t0  time.Time
+
 	buf []byte        // reply scratch
 	raw []byte        // a passthrough reply to write as is, instead of the command's value
 	up  *upstreamConn // the passthrough connection, once a command was forwarded
@@ -115,6 +121,9 @@ func (cl *client) run(args [][]byte) (r result) {
 	var start time.Time
 	if s.metrics != nil {
 		start = time.Now()
+		if !cl.t0.IsZero() {
+			start = cl.t0
+		}
 	}
 	r.v = cl.command(args)
 	r.raw, cl.raw = cl.raw, nil
@@ -317,7 +326,7 @@ func (cl *client) reject(name, reply string) backend.Value {
 // with the command deadline unless the backend never waits
 // (backend.Immediate; a script's run time is bounded by luascripts).
 func (cl *client) commandCtx() (context.Context, context.CancelFunc) {
-	if cl.s.immediate {
+	if cl.s.immediate || cl.alt != nil { // a stand-in (loop_backend.go) never waits
 		return cl.ctx, func() {}
 	}
 	return context.WithTimeout(cl.ctx, cl.s.cfg.CommandTimeout)
@@ -326,7 +335,7 @@ func (cl *client) commandCtx() (context.Context, context.CancelFunc) {
 func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
 	ctx, cancel := cl.commandCtx()
 	defer cancel()
-	v, err := kc.Exec(ctx, cl.s.b, cl.db, args)
+	v, err := kc.Exec(ctx, cl.store(), cl.db, args)
 	if err != nil {
 		v = cl.errorValue(kc.Name, err)
 	}
@@ -334,6 +343,15 @@ func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
 		cl.s.metrics.locks.observe(kc.Name, args, v)
 	}
 	return v
+}
+
+// store is the backend commands run against: the server's, unless a
+// stand-in is set (alt).
+func (cl *client) store() backend.Backend {
+	if cl.alt != nil {
+		return cl.alt
+	}
+	return cl.s.b
 }
 
 // errorValue maps a failure to its reply: the one place that does it.

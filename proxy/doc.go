@@ -23,7 +23,10 @@
 //     a script alone anyway, as Redis does). A command that may wait
 //     (other backends, passthrough) runs on a goroutine; the connection
 //     takes no further command until its reply is back on the loop, so
-//     replies keep their order. This path saves the goroutine park and
+//     replies keep their order. A backend.Looper (quorum) may take such a
+//     command on the loop instead (loop_backend.go): it completes on the
+//     same loop, through the same command code, and the connection waits
+//     for it as for a goroutine. This path saves the goroutine park and
 //     wake-up per command: the CPU a lock cycle costs drops toward
 //     redis-server's (tests/bench/memory.sh). It reads raw sockets: a TLS
 //     listener needs the goroutine front end.

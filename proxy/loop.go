@@ -8,6 +8,8 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"github.com/tidwall/redcon"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // The event-loop front end (Config.DataPath "loops"): a few gnet event
@@ -23,7 +25,8 @@ import (
 // loopHandler is gnet's event handler for client connections.
 type loopHandler struct {
 	gnet.BuiltinEventEngine
-	s *Server
+	s     *Server
+	loops *loopBackends // the backend's part of each loop (loop_backend.go)
 }
 
 // loopConn is one client connection on an event loop. Its fields belong
@@ -46,6 +49,8 @@ type loopConn struct {
 	finishing bool     // a goroutine finishes a half-closed connection: everything runs on it
 	closing   lingerState
 
+	lb backend.LoopBackend // the backend's part of this loop, or nil (loop_backend.go)
+
 	lastActive atomic.Int64 // unix nanoseconds of the last input or reply
 
 	mu       sync.Mutex
@@ -65,7 +70,11 @@ func newLoopConn(s *Server, addr string) *loopConn {
 func (lc *loopConn) wake() { lc.gc.Wake(nil) }
 
 func (h *loopHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	if pc, ok := c.Context().(*peerConn); ok { // a backend's connection (loop_backend.go)
+		return pc.open(c)
+	}
 	lc := c.Context().(*loopConn)
+	lc.lb = h.loops.of(c)
 	lc.gc = c
 	lc.lastActive.Store(time.Now().UnixNano())
 	if !h.s.register(lc.cl) {
@@ -75,6 +84,10 @@ func (h *loopHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 }
 
 func (h *loopHandler) OnClose(c gnet.Conn, err error) gnet.Action {
+	if pc, ok := c.Context().(*peerConn); ok { // a backend's connection (loop_backend.go)
+		pc.closed(err)
+		return gnet.None
+	}
 	lc := c.Context().(*loopConn)
 	if lc.busy && lc.detach(c, err) {
 		return gnet.None // a goroutine finishes the half-closed connection
@@ -99,6 +112,9 @@ func (h *loopHandler) OnClose(c gnet.Conn, err error) gnet.Action {
 // OnTraffic runs on new input and on every wake-up: a blocking command's
 // result, a drain, an idle check.
 func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
+	if pc, ok := c.Context().(*peerConn); ok { // a backend's connection (loop_backend.go)
+		return pc.traffic(c)
+	}
 	lc := c.Context().(*loopConn)
 	data, _ := c.Next(-1)
 	if lc.closing.on {
@@ -206,6 +222,10 @@ func (lc *loopConn) serve(buf []byte) (int, gnet.Action) {
 				continue // an empty inline line
 			}
 			if !lc.offLoop() && lc.cl.blocking(args) {
+				if lc.startOnLoop(args) { // the backend runs it on the loop (loop_backend.go)
+					clear(args)
+					return used, gnet.None
+				}
 				lc.runOff(cloneArgs(args))
 				clear(args)
 				return used, gnet.None

@@ -23,7 +23,7 @@ func (s *Server) serveLoops(ln net.Listener) error {
 		return nil
 	}
 
-	cli, err := gnet.NewClient(&loopHandler{s: s},
+	cli, err := gnet.NewClient(&loopHandler{s: s, loops: newLoopBackends(s.b)},
 		gnet.WithNumEventLoop(s.cfg.Loops), gnet.WithLogger(gnetLogger{s.log}),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay))
 	if err != nil {

@@ -32,8 +32,49 @@
 // Redlock's safety rests on the nodes' clocks running at about the same
 // rate, and there are no fencing tokens yet: a client paused past its TTL
 // can still act on a lock it lost. Scripts that acquire are recognised by
-// what they do on the nodes (see Eval). Not done yet (issue #3): batching
-// concurrent clients' commands per node into shared round trips.
+// what they do on the nodes (see Eval).
+//
+// Two paths to the nodes, one set of rules. On the event-loop front end
+// (backend.Looper, loop.go) each loop has its own connection to each
+// node, and an acquire (SET key token NX PX|EX) or a script that is not
+// watched (a catalogued release, a read-only script, a script without
+// keys: Backend.watched) starts on the loop that owns the client: its
+// commands are appended to that loop's node buffers, each buffer is
+// written once per pass of the loop, the replies are decoded on the loop
+// and the vote completes there, with no goroutine hand-off. Everything
+// else (other commands, watched scripts, MULTI/EXEC, nodes over TLS or
+// through Config.Dialer, the goroutine front end, a loop whose node
+// connections are not set up yet) takes the stream path: one shared
+// connection per node (stream.go) and a blocking call. Both decide with
+// the same functions (setOutcome, evalOutcome, errNoQuorum, the node
+// health, quarantine and failure counts), and both set their connections
+// up with stream.connect (CLIENT KILL of the replaced connection, undos of
+// unknown outcome sent again).
+//
+// Ordering on the loop path, and why it needs no key stripe. The stream
+// path serialises this proxy's operations on one key (lockKeys) so that
+// they reach every node in one order. A loop never blocks on a mutex, so
+// its operations take no stripe; what they keep instead:
+//
+//   - One connection per node per loop carries the loop's operations in
+//     the order they started, so on each node an undo runs after the
+//     acquire it undoes (and before anything the client sends next: the
+//     undo is queued before the client hears the outcome), and one
+//     client's operations run in order (a connection takes no new command
+//     until its reply is out).
+//   - Operations from two loops, or a loop and a stream, on one key may
+//     reach the nodes in different orders. That costs liveness, never
+//     safety: it is exactly the situation of several clients (or several
+//     proxies) running Redlock on the same nodes, which the algorithm
+//     assumes. Every write on this path is SET NX (it never replaces a
+//     token) or an owner-checked delete (an undo, a catalogued release:
+//     it removes only its own token), so no interleaving lets a token
+//     disappear from a node except by its owner or its expiry; an OK still
+//     needs Q nodes that wrote within the validity time, and two such sets
+//     of nodes intersect. A split vote ends in nil (N−Q+1 nodes said held:
+//     true when they answered) or TRYAGAIN, and the client retries.
+//   - Watched scripts keep the stripe and the stream path: their reads
+//     before and after are what needs one order.
 //
 // Node connections speak RESP3 through proxy/resp: resp.Request encodes
 // the commands, resp.Reader decodes the replies with their exact types,

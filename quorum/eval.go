@@ -26,27 +26,52 @@ import (
 // text to create nothing) is not watched: a release is one command per
 // node, not three.
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
-	watch := !ro && len(keys) > 0 && !b.releases.Is(s)
-	build := func(eval bool) *req { return evalRequest(s, keys, args, ro, watch, eval) }
-	at := 0 // the script's reply among a node's replies
+	watch := b.watched(s, keys, ro)
+	build, again, at := evalPlan(s, keys, args, ro, watch)
+	defer b.lockKeys(keys...)()
+	start := time.Now()
+	replies := b.fanout(ctx, db, same(build(false)), again)
+	v, err, created, count, undoAll := b.evalOutcome(keys, args, watch, at, replies, time.Since(start))
+	b.undoCreated(ctx, db, created, count, undoAll)
+	return v, err
+}
+
+// watched is the one decision whether a script runs watched (its keys
+// read before and after it, see Eval) or as one command per node.
+func (b *Backend) watched(s backend.Script, keys []string, ro bool) bool {
+	return !ro && len(keys) > 0 && !b.releases.Is(s)
+}
+
+// evalPlan is how a script is sent: build makes each node's request
+// (EVALSHA, or EVAL with eval set), again answers a node that did not
+// know the script, and at is where the script's own reply is among a
+// node's replies.
+func evalPlan(s backend.Script, keys []string, args [][]byte, ro, watch bool) (build func(eval bool) *req, again func(int, nodeReply) *req, at int) {
+	build = func(eval bool) *req { return evalRequest(s, keys, args, ro, watch, eval) }
 	if watch {
 		at = 1
 	}
-	again := func(_ int, r nodeReply) *req {
+	again = func(_ int, r nodeReply) *req {
 		if r.err == nil && len(r.vals) > at && noScript(r.vals[at]) {
 			return build(true)
 		}
 		return nil
 	}
-	defer b.lockKeys(keys...)()
-	start := time.Now()
-	replies := b.fanout(ctx, db, same(build(false)), again)
-	elapsed := time.Since(start)
+	return build, again, at
+}
 
+// evalOutcome decides a script's reply from the nodes' replies, which
+// took elapsed, and says which keys it created are to be removed again
+// (created, count and undoAll, for undoCreated). The stream and the loop
+// paths both decide here.
+func (b *Backend) evalOutcome(keys []string, args [][]byte, watch bool, at int, replies []nodeReply, elapsed time.Duration) (_ backend.Value, _ error, created []map[string]string, count map[string]int, undoAll bool) {
 	vals := make([]backend.Value, len(replies))
 	ok := make([]bool, len(replies))
-	created := make([]map[string]string, len(replies))
-	ttls := make([][]backend.Value, len(replies))
+	var ttls [][]backend.Value
+	if watch { // unwatched, no key is known to be created: nothing to allocate
+		created = make([]map[string]string, len(replies))
+		ttls = make([][]backend.Value, len(replies))
+	}
 	for i, r := range replies {
 		if r.err != nil || len(r.vals) <= at {
 			continue
@@ -64,7 +89,9 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	// The longest TTL any node now has on these keys bounds what a node
 	// restarting now may forget (the restart quarantine), whether the
 	// script acquired, extended, or failed.
-	count := createdCount(created)
+	if watch {
+		count = createdCount(created)
+	}
 	longest, shortest := scriptTTLs(keys, created, count, ttls, b.q)
 	b.noteTTL(longest)
 	// An acquire by script gets Redlock's validity check as SET NX does:
@@ -72,18 +99,17 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	// took plus the drift allowance, by the shortest TTL a creating node
 	// reports.
 	late := agreed && shortest > 0 && elapsed+b.drift(shortest) >= shortest
-	b.undoCreated(ctx, db, created, count, !agreed || late)
-	if late {
+	undoAll = !agreed || late
+	switch {
+	case late:
 		return backend.Value{}, &backend.ReplyError{Reply: fmt.Sprintf(
-			"TRYAGAIN quorum reached too late: the script's acquire took %dms of a %dms TTL", elapsed.Milliseconds(), shortest.Milliseconds())}
+			"TRYAGAIN quorum reached too late: the script's acquire took %dms of a %dms TTL", elapsed.Milliseconds(), shortest.Milliseconds())}, created, count, undoAll
+	case !agreed:
+		return backend.Value{}, b.errNoQuorum(replies), created, count, undoAll
+	case v.Kind == backend.KindError:
+		return backend.Value{}, backend.Reply(string(v.Str)), created, count, undoAll
 	}
-	if !agreed {
-		return backend.Value{}, b.errNoQuorum(replies)
-	}
-	if v.Kind == backend.KindError {
-		return backend.Value{}, backend.Reply(string(v.Str))
-	}
-	return v, nil
+	return v, nil, created, count, undoAll
 }
 
 // evalRequest is the request an EVAL sends each node: EVALSHA (EVAL when

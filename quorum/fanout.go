@@ -40,6 +40,7 @@ type op struct {
 	left    int
 	closed  bool
 	wake    chan struct{}
+	onLast  func() // instead of wake, on an event loop (loop_op.go): called when the last reply is in
 }
 
 // deliver records node's reply; after the operation stopped waiting, and
@@ -63,6 +64,10 @@ func (o *op) deliver(node int, vals []backend.Value, err error) {
 	o.left--
 	last := o.left == 0
 	o.mu.Unlock()
+	if last && o.onLast != nil {
+		o.onLast()
+		return
+	}
 	if last {
 		select {
 		case o.wake <- struct{}{}:
@@ -88,28 +93,14 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 	o := &op{replies: make([]nodeReply, n), calls: make([]*call, n), left: n, wake: make(chan struct{}, 1)}
 	send := func(i int, r *req) {
 		s := b.nodes[i].stream(db, &b.cfg)
-		cl := &call{o: o, s: s, node: i, n: r.cmds.N, vals: make([]backend.Value, 0, r.cmds.N), undo: r.undo, sent: time.Now()}
+		cl := &call{o: o, c: s, node: i, n: r.cmds.N, vals: make([]backend.Value, 0, r.cmds.N), undo: r.undo, sent: time.Now()}
 		o.calls[i] = cl
 		s.send(cl, r.cmds.B)
 	}
-	for i := range n {
-		r := reqFor(i)
-		switch {
-		case r == nil:
-			o.deliver(i, nil, errNotSent)
-		case b.quarantined(i) && len(r.undo) == 0:
-			// Quarantined nodes get no votes to cast, but they do get
-			// undos: an acquire may have landed there just before the
-			// quarantine began.
-			o.deliver(i, nil, errQuarantined)
-		default:
-			send(i, r)
-		}
-	}
+	b.dispatch(o, reqFor, send)
 	timer := time.NewTimer(b.cfg.NodeTimeout)
 	defer timer.Stop()
-	defer b.countFailures(o.replies)
-	defer o.dropQuarantined(b)
+	defer b.settle(o)
 	var retried []bool // made on the first retry: most operations have none
 	for {
 		select {
@@ -124,27 +115,7 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 		if again == nil {
 			return o.replies
 		}
-		var retry []int
-		var reqs []*req
-		o.mu.Lock()
-		for i, r := range o.replies {
-			if retried != nil && retried[i] { // once: a script whose own error reply reads NOSCRIPT is not run again and again
-				continue
-			}
-			if nr := again(i, r); nr != nil {
-				if nr.undo == nil {
-					nr.undo = o.calls[i].undo // the same deletes: sent again if this connection breaks too
-				}
-				if retried == nil {
-					retried = make([]bool, n)
-				}
-				retried[i] = true
-				retry, reqs = append(retry, i), append(reqs, nr)
-				o.replies[i] = nodeReply{}
-				o.left++
-			}
-		}
-		o.mu.Unlock()
+		retry, reqs := o.retries(again, &retried)
 		if len(retry) == 0 {
 			return o.replies
 		}
@@ -152,6 +123,59 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 			send(i, reqs[k])
 		}
 	}
+}
+
+// dispatch sends each node its request (reqFor; nil sends nothing) through
+// send, the same on the stream and the loop paths.
+func (b *Backend) dispatch(o *op, reqFor func(i int) *req, send func(i int, r *req)) {
+	now := time.Now()
+	for i := range b.nodes {
+		r := reqFor(i)
+		switch {
+		case r == nil:
+			o.deliver(i, nil, errNotSent)
+		case b.health[i].quarantinedAt(now) && len(r.undo) == 0:
+			// Quarantined nodes get no votes to cast, but they do get
+			// undos: an acquire may have landed there just before the
+			// quarantine began.
+			o.deliver(i, nil, errQuarantined)
+		default:
+			send(i, r)
+		}
+	}
+}
+
+// retries returns the requests again makes of the replies in (a script a
+// node did not know), each node's at most once (retried remembers), and
+// makes o wait for their replies.
+func (o *op) retries(again func(i int, r nodeReply) *req, retried *[]bool) (retry []int, reqs []*req) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, r := range o.replies {
+		if *retried != nil && (*retried)[i] { // once: a script whose own error reply reads NOSCRIPT is not run again and again
+			continue
+		}
+		if nr := again(i, r); nr != nil {
+			if nr.undo == nil {
+				nr.undo = o.calls[i].undo // the same deletes: sent again if this connection breaks too
+			}
+			if *retried == nil {
+				*retried = make([]bool, len(o.replies))
+			}
+			(*retried)[i] = true
+			retry, reqs = append(retry, i), append(reqs, nr)
+			o.replies[i] = nodeReply{}
+			o.left++
+		}
+	}
+	return retry, reqs
+}
+
+// settle ends an operation: replies of nodes quarantined meanwhile become
+// failures, and every node's failure is counted.
+func (b *Backend) settle(o *op) {
+	o.dropQuarantined(b)
+	b.countFailures(o.replies)
 }
 
 // dropQuarantined turns the replies of nodes quarantined while the
@@ -197,7 +221,7 @@ func (o *op) stop(err error, timedOut bool) {
 	o.mu.Unlock()
 	if timedOut {
 		for _, cl := range late {
-			cl.s.overdue(cl)
+			cl.c.overdue(cl)
 		}
 	}
 }

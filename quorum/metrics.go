@@ -28,6 +28,8 @@ var (
 		"Keys the node expired since this proxy started (its expired_keys, summed over its restarts).", []string{"node"}, nil)
 	descNodeFailures = prometheus.NewDesc("lockproxy_quorum_node_failures_total",
 		"Operations the node did not answer in time or at all (timeouts, connection errors, LOADING/BUSY replies).", []string{"node"}, nil)
+	descLoopOps = prometheus.NewDesc("lockproxy_quorum_loop_operations_total",
+		"Operations started on the front end's event loops (acquires and release scripts, undos included); the others ran on the node streams.", nil, nil)
 	descMajority = prometheus.NewDesc("lockproxy_quorum_majority",
 		"Nodes that must agree (N/2+1).", nil, nil)
 )
@@ -47,7 +49,7 @@ func newReplyHistogram() *prometheus.HistogramVec {
 // Describe implements prometheus.Collector.
 func (b *Backend) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodeUp, descNodeQuarantined, descNodeWarnings, descNodeCheck,
-		descNodeKeys, descNodeExpired, descNodeFailures, descMajority} {
+		descNodeKeys, descNodeExpired, descNodeFailures, descMajority, descLoopOps} {
 		ch <- d
 	}
 	b.replies.Describe(ch)
@@ -72,6 +74,7 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descNodeFailures, prometheus.CounterValue, float64(n.failures.Load()), n.addr)
 	}
 	ch <- prometheus.MustNewConstMetric(descMajority, prometheus.GaugeValue, float64(b.q))
+	ch <- prometheus.MustNewConstMetric(descLoopOps, prometheus.CounterValue, float64(b.LoopOps()))
 	b.replies.Collect(ch)
 }
 

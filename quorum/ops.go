@@ -126,8 +126,17 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	defer b.lockKeys(key)()
 	start := time.Now()
 	replies := b.fanout(ctx, db, same(r), again)
-	elapsed := time.Since(start)
+	res, err, undo := b.setOutcome(o, plain, mode, ttl, replies, time.Since(start))
+	if undo {
+		b.undo(ctx, db, key, token)
+	}
+	return res, err
+}
 
+// setOutcome decides a SET from the nodes' replies, which took elapsed:
+// its result or error, and whether the acquire is to be undone (before
+// the client hears of it). The stream and the loop paths both decide here.
+func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl time.Duration, replies []nodeReply, elapsed time.Duration) (_ backend.SetResult, _ error, undo bool) {
 	results, wrote, refused := tallySet(replies, plain)
 	// The validity rule applies to an acquire with a future expiry; without
 	// one (no TTL, KEEPTTL on an absent key) the lock has no deadline to
@@ -141,33 +150,28 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	if o.Get {
 		prev, had, ok := b.votePrev(results)
 		if !ok {
-			if o.Cond == backend.IfAbsent {
-				b.undo(ctx, db, key, token)
-			}
-			return backend.SetResult{}, b.errNoQuorum(replies)
+			return backend.SetResult{}, b.errNoQuorum(replies), o.Cond == backend.IfAbsent
 		}
 		res.Prev, res.HadPrev = prev, had
 	}
-	switch {
-	case wrote >= b.q && valid:
+	if wrote >= b.q && valid {
 		res.Written = true
 		b.noteTTL(ttl)
-		return res, nil
-	case o.Cond == backend.IfAbsent:
-		// A partial or too slow acquire is undone everywhere it may have
-		// landed, nodes that did not answer included.
-		b.undo(ctx, db, key, token)
+		return res, nil, false
 	}
+	// A partial or too slow acquire is undone everywhere it may have
+	// landed, nodes that did not answer included.
+	undo = o.Cond == backend.IfAbsent
 	if wrote >= b.q && !valid {
 		// Timing, not contention, decided: never a nil, which would say
 		// someone else holds the lock.
 		return backend.SetResult{}, &backend.ReplyError{Reply: fmt.Sprintf(
-			"TRYAGAIN quorum reached too late: the acquire took %dms of a %dms TTL", elapsed.Milliseconds(), ttl.Milliseconds())}
+			"TRYAGAIN quorum reached too late: the acquire took %dms of a %dms TTL", elapsed.Milliseconds(), ttl.Milliseconds())}, undo
 	}
 	if refused >= len(b.nodes)-b.q+1 {
-		return res, nil // certainly not ours: held elsewhere
+		return res, nil, undo // certainly not ours: held elsewhere
 	}
-	return backend.SetResult{}, b.errNoQuorum(replies)
+	return backend.SetResult{}, b.errNoQuorum(replies), undo
 }
 
 // setExpiry is the expiry of a SET as the set script's mode word and value
@@ -259,9 +263,16 @@ func (b *Backend) drift(ttl time.Duration) time.Duration {
 // node); one whose outcome stays unknown is sent again when the node's
 // connection is replaced.
 func (b *Backend) undo(ctx context.Context, db int, key string, token []byte) {
+	r, again := undoRequest(key, token)
+	b.fanout(context.WithoutCancel(ctx), db, same(r), again)
+}
+
+// undoRequest is the owner-checked delete an undo sends every node, and
+// its fallback for a node that answers NOSCRIPT.
+func undoRequest(key string, token []byte) (*req, func(int, nodeReply) *req) {
 	r := &req{undo: []undoRec{{key: key, token: string(token)}}}
 	runScript(&r.cmds, delIfScript, false, []string{key}, token, []byte("eq"))
-	b.fanout(context.WithoutCancel(ctx), db, same(r), scriptFallback(delIfScript, []string{key}, token, []byte("eq")))
+	return r, scriptFallback(delIfScript, []string{key}, token, []byte("eq"))
 }
 
 // votePrev returns the previous value Q nodes agree on.
@@ -357,7 +368,11 @@ func (b *Backend) voteBool(replies []nodeReply) (bool, error) {
 
 // Get implements backend.KeySpace: the token a majority holds.
 func (b *Backend) Get(ctx context.Context, db int, key string) ([]byte, bool, error) {
-	replies := b.do(ctx, db, "get", key)
+	return b.getOutcome(b.do(ctx, db, "get", key))
+}
+
+// getOutcome decides a GET from the nodes' replies (both paths).
+func (b *Backend) getOutcome(replies []nodeReply) ([]byte, bool, error) {
 	v, ok := b.voteOne(replies)
 	if !ok {
 		return nil, false, b.errNoQuorum(replies)
@@ -395,7 +410,11 @@ func (b *Backend) Exists(ctx context.Context, db int, keys []string) (int64, err
 // PTTL implements backend.KeySpace: -2 or -1 when a majority says so;
 // otherwise the time to live that at least Q nodes still have.
 func (b *Backend) PTTL(ctx context.Context, db int, key string) (int64, error) {
-	replies := b.do(ctx, db, "pttl", key)
+	return b.pttlOutcome(b.do(ctx, db, "pttl", key))
+}
+
+// pttlOutcome decides a PTTL from the nodes' replies (both paths).
+func (b *Backend) pttlOutcome(replies []nodeReply) (int64, error) {
 	var live []int64
 	count := map[int64]int{}
 	for _, r := range replies {

@@ -73,6 +73,7 @@ type Backend struct {
 	maxTTL  atomic.Int64             // the longest TTL granted, as a Duration
 
 	releases luascripts.Releases // the catalogued release scripts seen (eval.go)
+	lp       loops               // the event loops' node connections (loop.go)
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -226,6 +227,7 @@ func (b *Backend) Close(context.Context) error {
 		close(b.stop)
 	}
 	<-b.done
+	b.closeLoops()
 	var errs *multierror.Error
 	for _, n := range b.nodes {
 		n.close()

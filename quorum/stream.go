@@ -90,13 +90,21 @@ type undoRec struct{ key, token string }
 // call is one operation's request to one node: n replies expected.
 type call struct {
 	o        *op
-	s        *stream
+	c        carrier // the connection it was sent on
 	node     int
 	n        int
 	vals     []backend.Value
 	undo     []undoRec // the deletes this call makes, sent again if its connection breaks unanswered
 	sent     time.Time
-	finished bool // under the stream's mu: answered or failed
+	finished bool // answered or failed (under the stream's mu; on the loop path, the loop's)
+}
+
+// carrier is what carries calls to a node: a stream, or a connection on an
+// event loop (loop.go).
+type carrier interface {
+	// overdue is told that cl's operation stopped waiting for it after a
+	// full node timeout.
+	overdue(cl *call)
 }
 
 var (
@@ -253,20 +261,27 @@ func (s *stream) fail(err error, st streamState) {
 	s.mu.Lock()
 	s.err, s.state = err, st
 	s.conn = nil
+	calls := s.pending[s.head:]
+	s.pending, s.head = nil, 0
+	s.wbuf = s.wbuf[:0]
+	s.retire(calls)
+	s.mu.Unlock()
+	for _, cl := range calls {
+		cl.o.deliver(cl.node, nil, err)
+	}
+}
+
+// retire forgets the current connection, whose unanswered calls are
+// calls: it is to be killed before a new one carries anything, and the
+// calls' deletes are sent again on the new one. Under s.mu.
+func (s *stream) retire(calls []*call) {
 	if s.connID != 0 {
 		s.kill = append(s.kill, s.connID)
 		s.connID = 0
 	}
-	calls := s.pending[s.head:]
-	s.pending, s.head = nil, 0
-	s.wbuf = s.wbuf[:0]
 	for _, cl := range calls {
 		cl.finished = true
 		s.keepUndo(cl)
-	}
-	s.mu.Unlock()
-	for _, cl := range calls {
-		cl.o.deliver(cl.node, nil, err)
 	}
 }
 

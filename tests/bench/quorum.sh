@@ -7,21 +7,36 @@
 # Starts its own redis-servers on BASE_PORT+1..+4 (default 17000) and
 # lockproxy on BASE_PORT+100; stops only what it started. Not part of the
 # test suite: figures on a shared machine are only worth their ratios.
+# DATA_PATH (goroutines, loops; default goroutines) is lockproxy's front
+# end. BEFORE_REV=<git revision> also measures lockproxy built from that
+# revision, same front end, same nodes, same run (on BASE_PORT+101): a
+# before/after comparison that the machine's noise affects alike.
 set -euo pipefail
 mode=${1:-redsync}
 dur=${2:-10s}
 base=${BASE_PORT:-17000}
 . "$(dirname "$0")/common.sh" # root, dir, pids, cleanup at exit, cpu
 
+data_path=${DATA_PATH:-goroutines}
 (cd "$root" && go build -o "$dir/lockproxy" ./cmd/lockproxy && go build -o "$dir/lockbench" ./cmd/lockbench)
+if [ -n "${BEFORE_REV:-}" ]; then
+	mkdir "$dir/before"
+	(cd "$root" && git archive "$BEFORE_REV" | tar -x -C "$dir/before")
+	(cd "$dir/before" && go build -o "$dir/lockproxy-before" ./cmd/lockproxy)
+fi
 for i in 1 2 3 4; do
 	redis-server --port $((base + i)) --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >/dev/null &
 	pids+=($!)
 done
 nodes=127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))
-"$dir/lockproxy" --backend quorum --quorum-nodes "$nodes" --listen 127.0.0.1:$((base + 100)) --admin-listen '' >"$dir/lockproxy.log" 2>&1 &
+"$dir/lockproxy" --backend quorum --quorum-nodes "$nodes" --listen 127.0.0.1:$((base + 100)) --admin-listen '' --data-path "$data_path" >"$dir/lockproxy.log" 2>&1 &
 lp=$!
 pids+=($lp)
+if [ -n "${BEFORE_REV:-}" ]; then
+	"$dir/lockproxy-before" --backend quorum --quorum-nodes "$nodes" --listen 127.0.0.1:$((base + 101)) --admin-listen '' --data-path "$data_path" >"$dir/lockproxy-before.log" 2>&1 &
+	lp0=$!
+	pids+=($lp0)
+fi
 sleep 1
 
 case $mode in
@@ -30,13 +45,14 @@ redis) baseline=127.0.0.1:$((base + 4)) ;;
 *) echo "usage: $0 [redsync|redis] [duration]" >&2; exit 2 ;;
 esac
 
-# measure ADDR: one lockbench run; prints its result and the CPU per cycle
-# of the load tool, lockproxy, the three nodes and the single redis-server.
+# measure ADDR [PROXY_PID]: one lockbench run; prints its result and the
+# CPU per cycle of the load tool, lockproxy (PROXY_PID, default the one
+# under test), the three nodes and the single redis-server.
 measure() {
-	local before=() after=() i out cyc lb
-	for p in "$lp" "${pids[@]:0:4}"; do before+=($(cpu "$p")); done
+	local before=() after=() i out cyc lb proxy=${2:-$lp}
+	for p in "$proxy" "${pids[@]:0:4}"; do before+=($(cpu "$p")); done
 	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -clients 50 -duration "$dur" 2>&1)
-	for p in "$lp" "${pids[@]:0:4}"; do after+=($(cpu "$p")); done
+	for p in "$proxy" "${pids[@]:0:4}"; do after+=($(cpu "$p")); done
 	echo "$out" | grep -v LOADTOOL
 	cyc=$(echo "$out" | sed -n 's/.*(\([0-9]*\) cycles in.*/\1/p')
 	lb=$(echo "$out" | awk '/LOADTOOL/ {printf "%d", ($2 + $3) * 1000000}')
@@ -44,5 +60,11 @@ measure() {
 	for i in 0 1 2 3 4; do d+=($(( (after[i] - before[i]) * 10000 / cyc ))); done
 	echo "  CPU µs per cycle: load tool $((lb / cyc)), lockproxy ${d[0]}, nodes $((d[1] + d[2] + d[3])), single redis ${d[4]}"
 }
+echo "lockproxy ($data_path):"
 measure 127.0.0.1:$((base + 100))
+if [ -n "${BEFORE_REV:-}" ]; then
+	echo "lockproxy at $BEFORE_REV ($data_path):"
+	measure 127.0.0.1:$((base + 101)) "$lp0"
+fi
+echo "baseline ($mode):"
 measure "$baseline"

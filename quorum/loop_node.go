@@ -1,0 +1,268 @@
+package quorum
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/resp"
+)
+
+// lnode is one loop's connection to one database of one node: the loop
+// path's stream. It keeps the stream's guarantees (stream.go): one
+// connection carries the loop's commands to the node in order; a new
+// connection first kills the one it replaces and sends again the undos
+// whose outcome the old one left unknown (st keeps both between
+// connections, under st.mu); a broken connection fails every call
+// waiting on it, and a reply overdue past two node timeouts breaks it.
+// Everything but st belongs to the loop.
+type lnode struct {
+	ql      *qloop
+	i       int
+	st      *stream // connection set-up and what survives a connection; its goroutines never run
+	state   streamState
+	ready   bool   // a first connection attempt has ended
+	dialing bool   // a dial goroutine runs
+	cur     *lconn // the connection, when up
+	wbuf    []byte
+	pending []*call // waiting for replies, in write order, from head
+	head    int
+	err     error // why it is down
+	dirty   bool  // in ql.dirty
+}
+
+// lconn is one connection of an lnode on the loop (the backend.LoopPeer):
+// the events of a connection the lnode has replaced are ignored.
+type lconn struct {
+	ln *lnode
+	w  backend.LoopWriter
+}
+
+func (c *lconn) Open(w backend.LoopWriter) {
+	c.w = w
+	c.ln.opened(c)
+}
+
+func (c *lconn) Traffic(in []byte) int {
+	if c.ln.cur != c {
+		return len(in)
+	}
+	return c.ln.traffic(in)
+}
+
+func (c *lconn) Closed(err error) {
+	if c.ln.cur != c {
+		return
+	}
+	if err == nil {
+		err = errStreamClosed
+	}
+	c.ln.lost(err)
+}
+
+// send queues cl's encoded commands buf, as stream.send does.
+func (ln *lnode) send(cl *call, buf []byte) {
+	var err error
+	switch {
+	case ln.state == down || ln.state == closed:
+		err = ln.err
+		ln.st.mu.Lock()
+		ln.st.keepUndo(cl)
+		ln.st.mu.Unlock()
+	case len(ln.pending)-ln.head >= maxPending && len(cl.undo) == 0:
+		err = errBacklog
+	}
+	if err != nil {
+		cl.finished = true
+		cl.o.deliver(cl.node, nil, err)
+		return
+	}
+	ln.wbuf = append(ln.wbuf, buf...)
+	ln.pending = append(ln.pending, cl)
+	if ln.state == up {
+		ln.ql.markDirty(ln)
+	}
+}
+
+// write hands the buffer to the connection.
+func (ln *lnode) write() {
+	if ln.state != up || len(ln.wbuf) == 0 {
+		return
+	}
+	// The front end keeps what the socket does not take now; a write error
+	// closes the connection, and Closed fails the calls.
+	_ = ln.cur.w.Write(ln.wbuf)
+	ln.wbuf = ln.wbuf[:0]
+	if cap(ln.wbuf) > 1<<20 {
+		ln.wbuf = nil // a burst's buffer is not kept
+	}
+}
+
+// opened makes c the connection: the calls queued meanwhile go out.
+func (ln *lnode) opened(c *lconn) {
+	ln.dialing = false
+	if ln.state == closed {
+		c.w.Close()
+		return
+	}
+	ln.cur, ln.state, ln.err, ln.ready = c, up, nil, true
+	ln.write()
+}
+
+// traffic decodes the node's replies and hands each call its own, in
+// order, as stream.readLoop does.
+func (ln *lnode) traffic(in []byte) int {
+	used := 0
+	for used < len(in) {
+		v, n, err := resp.Decode(in[used:])
+		if err != nil {
+			ln.breakConn(err)
+			return len(in)
+		}
+		if n == 0 {
+			break
+		}
+		used += n
+		if ln.head == len(ln.pending) {
+			ln.breakConn(errUnexpected)
+			return len(in)
+		}
+		cl := ln.pending[ln.head]
+		cl.vals = append(cl.vals, v)
+		if len(cl.vals) < cl.n {
+			continue
+		}
+		cl.finished = true
+		ln.pending[ln.head] = nil
+		ln.head++
+		switch {
+		case ln.head == len(ln.pending):
+			ln.pending, ln.head = ln.pending[:0], 0
+		case ln.head >= 1024 && ln.head > len(ln.pending)/2:
+			k := copy(ln.pending, ln.pending[ln.head:])
+			clear(ln.pending[k:])
+			ln.pending, ln.head = ln.pending[:k], 0
+		}
+		ln.st.replies.Observe(time.Since(cl.sent).Seconds())
+		cl.o.deliver(cl.node, cl.vals, nil)
+		if ln.cur == nil { // the delivery broke the connection (a retry that found it overdue)
+			return len(in)
+		}
+	}
+	return used
+}
+
+// overdue implements carrier: cl's operation stopped waiting for it after
+// a full node timeout; if it is still unanswered one more node timeout
+// later, the connection is broken, as stream.overdue does.
+func (ln *lnode) overdue(cl *call) {
+	ln.ql.after(timerEntry{at: time.Now().Add(ln.st.cfg.NodeTimeout), cl: cl, ln: ln})
+}
+
+func (ln *lnode) checkOverdue(cl *call) {
+	if !cl.finished && ln.state == up {
+		ln.breakConn(errOverdue)
+	}
+}
+
+// breakConn closes the connection for cause: its calls fail now, and a
+// new connection is set up.
+func (ln *lnode) breakConn(cause error) {
+	c := ln.cur
+	if c == nil {
+		return
+	}
+	ln.lost(cause)
+	c.w.Close()
+}
+
+// lost ends the current connection, as stream.fail does after a break:
+// every call waiting fails with err and keeps its deletes for the next
+// connection, which is set up at once.
+func (ln *lnode) lost(err error) {
+	ln.cur = nil
+	next := connecting
+	if ln.ql.closed {
+		next, err = closed, errStreamClosed
+	}
+	ln.fail(fmt.Errorf("node %s: %w", ln.st.addr, err), next)
+	if next == connecting {
+		ln.startDial()
+	}
+}
+
+// fail fails every call waiting with err and moves to state st.
+func (ln *lnode) fail(err error, st streamState) {
+	ln.state, ln.err = st, err
+	calls := ln.pending[ln.head:]
+	ln.pending, ln.head = nil, 0
+	ln.wbuf = ln.wbuf[:0]
+	ln.st.mu.Lock()
+	ln.st.retire(calls)
+	ln.st.mu.Unlock()
+	for _, cl := range calls {
+		cl.o.deliver(cl.node, nil, err)
+	}
+}
+
+// shut closes the connection for good (Close).
+func (ln *lnode) shut() {
+	c := ln.cur
+	ln.cur = nil
+	ln.ready = true
+	ln.fail(errStreamClosed, closed)
+	if c != nil {
+		c.w.Close()
+	}
+}
+
+// startDial sets a connection up on a goroutine, unless one is at it.
+func (ln *lnode) startDial() {
+	ln.state = connecting
+	if ln.dialing {
+		return
+	}
+	ln.dialing = true
+	ln.ql.b.lp.wg.Go(ln.dial)
+}
+
+// dial sets connections up until one is on the loop, as stream.run does:
+// the first attempt at once (calls queue meanwhile); after a failure,
+// calls fail at once until the next attempt, after a backoff.
+func (ln *lnode) dial() {
+	backoff := time.Duration(0)
+	for {
+		conn, _, err := ln.st.connect()
+		if err == nil {
+			if err = ln.ql.l.Enroll(ln.ql.ctx, conn, &lconn{ln: ln}); err == nil {
+				return // opened ran on the loop
+			}
+			ln.st.mu.Lock()
+			ln.st.retire(nil) // it may have carried undos: killed before the next one carries anything
+			ln.st.mu.Unlock()
+		}
+		if ln.ql.ctx.Err() != nil {
+			return
+		}
+		err = fmt.Errorf("node %s: %w", ln.st.addr, err)
+		ln.ql.exec(func() {
+			if ln.state == connecting { // not closed meanwhile (nor up: one dial at a time)
+				ln.ready = true
+				ln.fail(err, down)
+			}
+		})
+		backoff = min(max(2*backoff, ln.st.cfg.NodeTimeout), maxBackoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ln.ql.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		ln.ql.exec(func() {
+			if ln.state == down {
+				ln.state = connecting
+			}
+		})
+	}
+}

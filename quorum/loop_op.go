@@ -1,0 +1,199 @@
+package quorum
+
+import (
+	"time"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// lop is one operation on the loop path: fanout's state machine, fed by
+// the loop. The node replies go into the embedded op, as on the stream
+// path (its deliver classifies them the same way); what fanout waits for
+// happens here as events: the last reply (op.onLast), the deadline (a
+// loop timer), a NOSCRIPT retry. All of it on the loop.
+type lop struct {
+	op
+	ql      *qloop
+	db      int
+	again   func(int, nodeReply) *req
+	retried []bool
+	start   time.Time
+	sending bool // inside dispatch or a retry: a reply delivered now is looked at afterwards
+	ended   bool
+	decide  func(replies []nodeReply, elapsed time.Duration)
+
+	// Storage for the common case (up to inlineNodes nodes, one command
+	// each, one call per node): an operation is a handful of allocations,
+	// not a dozen.
+	rbuf [inlineNodes]nodeReply
+	cbuf [inlineNodes]*call
+	cls  [inlineNodes]call
+	vbuf [inlineNodes][1]backend.Value
+}
+
+const inlineNodes = 5
+
+// run starts an operation on the loop, as fanout does on the streams;
+// decide is called on the loop with the replies, once, never from within
+// run.
+func (ql *qloop) run(db int, reqFor func(int) *req, again func(int, nodeReply) *req, deadline time.Time, decide func([]nodeReply, time.Duration)) {
+	ql.ops.Add(1)
+	n := len(ql.b.nodes)
+	lo := &lop{ql: ql, db: db, again: again, start: time.Now(), decide: decide}
+	lo.op.left = n
+	if n <= inlineNodes {
+		lo.replies, lo.calls = lo.rbuf[:n], lo.cbuf[:n]
+	} else {
+		lo.replies, lo.calls = make([]nodeReply, n), make([]*call, n)
+	}
+	lo.onLast = lo.progress
+	lo.sending = true
+	ql.b.dispatch(&lo.op, reqFor, lo.send)
+	lo.sending = false
+	at := lo.start.Add(ql.b.cfg.NodeTimeout)
+	if !deadline.IsZero() && deadline.Before(at) {
+		at = deadline
+	}
+	ql.after(timerEntry{at: at, o: lo})
+	if lo.answered() {
+		// Every node failed at once (down, quarantined): the end runs on
+		// the loop's next pass, so the caller is never called back from
+		// within its own Start.
+		ql.exec(lo.progress)
+	}
+}
+
+func (lo *lop) send(i int, r *req) {
+	ln := lo.ql.node(i, lo.db)
+	var cl *call
+	if i < inlineNodes && lo.calls[i] == nil && r.cmds.N == 1 { // the first call to node i (a retry gets its own)
+		cl = &lo.cls[i]
+		*cl = call{vals: lo.vbuf[i][:0]}
+	} else {
+		cl = &call{vals: make([]backend.Value, 0, r.cmds.N)}
+	}
+	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, time.Now()
+	lo.calls[i] = cl
+	ln.send(cl, r.cmds.B)
+}
+
+// answered reports whether every node has answered (or failed).
+func (lo *lop) answered() bool {
+	lo.mu.Lock()
+	defer lo.mu.Unlock()
+	return lo.left == 0
+}
+
+// progress runs when every node has answered: a node that did not know a
+// script is asked again with its source (within the same deadline), and
+// otherwise the operation ends.
+func (lo *lop) progress() {
+	if lo.sending || lo.ended {
+		return
+	}
+	for lo.again != nil {
+		retry, reqs := lo.retries(lo.again, &lo.retried)
+		if len(retry) == 0 {
+			break
+		}
+		lo.sending = true
+		for k, i := range retry {
+			lo.send(i, reqs[k])
+		}
+		lo.sending = false
+		if !lo.answered() {
+			return
+		}
+	}
+	lo.end()
+}
+
+// expire is the deadline: the nodes that have not answered count as timed
+// out (and their connections hear that they are overdue).
+func (lo *lop) expire() {
+	if lo.ended {
+		return
+	}
+	lo.stop(errNodeTimeout, true)
+	lo.end()
+}
+
+func (lo *lop) end() {
+	lo.ended = true
+	lo.mu.Lock()
+	lo.closed = true
+	lo.mu.Unlock()
+	lo.ql.b.settle(&lo.op)
+	lo.decide(lo.replies, time.Since(lo.start))
+}
+
+var _ backend.LoopBackend = (*qloop)(nil)
+
+// StartSet implements backend.LoopBackend for an acquire: SET key token NX
+// with a relative expiry (PX, EX), nothing else. It is decided by the same
+// rules as Set (setOutcome); an acquire to undo is undone by an operation
+// queued on the same connections before the client hears the outcome, so
+// on each node the undo runs after the acquire and before anything the
+// client sends next.
+func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions, deadline time.Time, done func(backend.SetResult, error)) bool {
+	if o.Cond != backend.IfAbsent || o.Get || o.KeepTTL || o.Expiry.TTL <= 0 || !o.Expiry.At.IsZero() || !ql.usable(db) {
+		return false
+	}
+	mode, val, ttl := setExpiry(o)
+	r, again := setRequest(key, token, o, true, mode, val)
+	ql.run(db, same(r), again, deadline, func(replies []nodeReply, elapsed time.Duration) {
+		res, err, undo := ql.b.setOutcome(o, true, mode, ttl, replies, elapsed)
+		if undo {
+			ur, uagain := undoRequest(key, token)
+			ql.run(db, same(ur), uagain, time.Time{}, func([]nodeReply, time.Duration) {})
+		}
+		done(res, err)
+	})
+	return true
+}
+
+// StartEval implements backend.LoopBackend for the scripts that are not
+// watched (Backend.watched: catalogued releases, read-only scripts,
+// scripts without keys): one command per node, decided by the same rules
+// as Eval (evalOutcome). A watched script is declined.
+func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(backend.Value, error)) bool {
+	if ql.b.watched(s, keys, ro) || !ql.usable(db) {
+		return false
+	}
+	build, again, at := evalPlan(s, keys, args, ro, false)
+	ql.run(db, same(build(false)), again, deadline, func(replies []nodeReply, elapsed time.Duration) {
+		// Unwatched, nothing is recorded as created: there is nothing to
+		// undo (undoCreated would send nothing).
+		v, err, _, _, _ := ql.b.evalOutcome(keys, args, false, at, replies, elapsed)
+		done(v, err)
+	})
+	return true
+}
+
+// StartGet implements backend.LoopBackend: a majority read, decided as Get
+// decides (getOutcome).
+func (ql *qloop) StartGet(db int, key string, deadline time.Time, done func([]byte, bool, error)) bool {
+	if !ql.usable(db) {
+		return false
+	}
+	r := &req{}
+	r.cmds.Strs("get", key)
+	ql.run(db, same(r), nil, deadline, func(replies []nodeReply, _ time.Duration) {
+		done(ql.b.getOutcome(replies))
+	})
+	return true
+}
+
+// StartPTTL implements backend.LoopBackend: decided as PTTL decides
+// (pttlOutcome).
+func (ql *qloop) StartPTTL(db int, key string, deadline time.Time, done func(int64, error)) bool {
+	if !ql.usable(db) {
+		return false
+	}
+	r := &req{}
+	r.cmds.Strs("pttl", key)
+	ql.run(db, same(r), nil, deadline, func(replies []nodeReply, _ time.Duration) {
+		done(ql.b.pttlOutcome(replies))
+	})
+	return true
+}

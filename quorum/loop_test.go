@@ -1,0 +1,399 @@
+package quorum_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/proxy"
+	"github.com/lockproxy/lockproxy/quorum"
+)
+
+// The loop path (loop.go): a proxy on event loops over real nodes; every
+// test checks that the operations it looks at really ran on the loops
+// (LoopOps), so that a silent fall back to the streams cannot pass for it.
+
+const releaseSrc = `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`
+
+// startLoopProxy serves a quorum backend over nodes on the event-loop
+// front end with loops loops; it returns a client of the proxy.
+func startLoopProxy(t *testing.T, nodes []*testsrv.Redis, loops int, cfg quorum.Config) (*redis.Client, *quorum.Backend) {
+	t.Helper()
+	for _, n := range nodes {
+		cfg.Nodes = append(cfg.Nodes, n.Addr)
+	}
+	if cfg.NodeTimeout == 0 {
+		cfg.NodeTimeout = testTimeout
+	}
+	b, err := quorum.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := testsrv.StartLockproxy(t, proxy.Config{DataPath: proxy.DataPathLoops, Loops: loops, BackendName: "quorum"}, b)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2, PoolSize: 64})
+	t.Cleanup(func() { c.Close() })
+	return c, b
+}
+
+func directClients(t *testing.T, nodes []*testsrv.Redis) []*redis.Client {
+	t.Helper()
+	out := make([]*redis.Client, len(nodes))
+	for i, n := range nodes {
+		out[i] = redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		t.Cleanup(func() { out[i].Close() })
+	}
+	return out
+}
+
+// onLoops runs f and fails the test unless at least n operations ran on
+// the loops meanwhile.
+func onLoops(t *testing.T, b *quorum.Backend, n int64, f func()) {
+	t.Helper()
+	before := b.LoopOps()
+	f()
+	if got := b.LoopOps() - before; got < n {
+		t.Fatalf("%d operations ran on the event loops; want at least %d (the loop path was not taken)", got, n)
+	}
+}
+
+// acquire is SET key tok NX PX ttl.
+func acquire(ctx context.Context, c *redis.Client, key, tok string, ttl time.Duration) (bool, error) {
+	return c.SetNX(ctx, key, tok, ttl).Result()
+}
+
+func isTryAgain(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN") }
+
+func TestLoopAcquireRelease(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 2, quorum.Config{})
+	ctx := t.Context()
+	release := redis.NewScript(releaseSrc)
+	acquire(ctx, c, "warm", "x", time.Second) // the loop connects on its first client
+	waitLoopReady(t, c, b)
+	onLoops(t, b, 6, func() {
+		if ok, err := acquire(ctx, c, "k", "t1", 10*time.Second); !ok || err != nil {
+			t.Fatalf("SET k t1 NX PX = %v, %v; want OK", ok, err)
+		}
+		if ok, err := acquire(ctx, c, "k", "t2", 10*time.Second); ok || err != nil {
+			t.Fatalf("SET k t2 NX PX on a held key = %v, %v; want nil", ok, err)
+		}
+		if n, err := release.Run(ctx, c, []string{"k"}, "t2").Int(); n != 0 || err != nil {
+			t.Fatalf("release by a stranger = %v, %v; want 0", n, err)
+		}
+		if n, err := release.Run(ctx, c, []string{"k"}, "t1").Int(); n != 1 || err != nil {
+			t.Fatalf("release by the holder = %v, %v; want 1", n, err)
+		}
+		if ok, err := acquire(ctx, c, "k", "t2", 10*time.Second); !ok || err != nil {
+			t.Fatalf("SET k t2 NX PX after the release = %v, %v; want OK", ok, err)
+		}
+		// EX works as PX.
+		if ok, err := c.SetArgs(ctx, "k2", "t", redis.SetArgs{Mode: "NX", TTL: 5 * time.Second}).Result(); ok != "OK" || err != nil {
+			t.Fatalf("SET k2 t EX 5 NX = %q, %v; want OK", ok, err)
+		}
+	})
+	for i, d := range directClients(t, nodes) {
+		if v, _ := d.Get(ctx, "k").Result(); v != "t2" {
+			t.Errorf("node %d holds k = %q; want t2", i, v)
+		}
+		if ttl, _ := d.PTTL(ctx, "k2").Result(); ttl <= 0 || ttl > 5*time.Second {
+			t.Errorf("node %d: PTTL k2 = %v; want (0, 5s]", i, ttl)
+		}
+	}
+}
+
+// waitLoopReady waits until an acquire runs on the loop (the loop's node
+// connections are up).
+func waitLoopReady(t *testing.T, c *redis.Client, b *quorum.Backend) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; ; i++ {
+		before := b.LoopOps()
+		c.SetNX(t.Context(), fmt.Sprintf("ready%d", i), "x", time.Second)
+		if b.LoopOps() > before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the loop path never took an acquire")
+		}
+		time.Sleep(5 * time.Millisecond) // polling for a connection set up off the loop
+	}
+}
+
+// GET, PTTL and TTL are majority reads on the loop: the token two of
+// three nodes hold, the TTL two nodes still have; no majority is TRYAGAIN.
+func TestLoopReads(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
+	ctx := t.Context()
+	direct := directClients(t, nodes)
+	waitLoopReady(t, c, b)
+	direct[0].Set(ctx, "k", "a", 0)
+	direct[1].Set(ctx, "k", "b", 10*time.Second)
+	direct[2].Set(ctx, "k", "b", 20*time.Second)
+	onLoops(t, b, 4, func() {
+		if v, err := c.Get(ctx, "k").Result(); v != "b" || err != nil {
+			t.Errorf("GET k = %q, %v; want b (two of three nodes)", v, err)
+		}
+		if _, err := c.Get(ctx, "absent").Result(); err != redis.Nil {
+			t.Errorf("GET absent = %v; want nil", err)
+		}
+		if d, err := c.PTTL(ctx, "k").Result(); err != nil || d <= 9*time.Second || d > 10*time.Second {
+			t.Errorf("PTTL k = %v, %v; want the second longest, about 10s", d, err)
+		}
+		if d, err := c.TTL(ctx, "k").Result(); err != nil || d != 10*time.Second {
+			t.Errorf("TTL k = %v, %v; want 10s", d, err)
+		}
+	})
+	direct[1].Set(ctx, "k", "c", 0)
+	onLoops(t, b, 1, func() {
+		if v, err := c.Get(ctx, "k").Result(); !isTryAgain(err) {
+			t.Errorf("GET k with three different tokens = %q, %v; want TRYAGAIN", v, err)
+		}
+	})
+}
+
+// A partial acquire is undone on the node that granted it, and the answer
+// follows the counts: nil when N−Q+1 nodes said held, TRYAGAIN when a
+// failure decided.
+func TestLoopUndoPartial(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
+	ctx := t.Context()
+	direct := directClients(t, nodes)
+	waitLoopReady(t, c, b)
+
+	for _, d := range direct[:2] {
+		d.Set(ctx, "held", "other", 0)
+	}
+	onLoops(t, b, 2, func() { // the acquire and its undo
+		ok, err := acquire(ctx, c, "held", "mine", 10*time.Second)
+		if ok || err != nil {
+			t.Fatalf("SET NX on a key two of three nodes hold = %v, %v; want nil", ok, err)
+		}
+	})
+	waitGone(t, direct[2], "held")
+
+	direct[0].Set(ctx, "split", "other", 0)
+	nodes[1].Kill()
+	onLoops(t, b, 2, func() {
+		ok, err := acquire(ctx, c, "split", "mine", 10*time.Second)
+		if ok || !isTryAgain(err) {
+			t.Fatalf("SET NX with one node holding, one down, one free = %v, %v; want TRYAGAIN", ok, err)
+		}
+	})
+	waitGone(t, direct[2], "split")
+}
+
+// waitGone waits for an undo (sent before the client's reply, but over
+// another connection than d's) to reach the node.
+func waitGone(t *testing.T, d *redis.Client, key string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n, err := d.Exists(t.Context(), key).Result()
+		if err == nil && n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still on the node that granted it: the partial acquire was not undone", key)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// An acquire whose TTL cannot outlive the vote plus the drift allowance is
+// refused with TRYAGAIN (never OK, never nil) and undone everywhere.
+func TestLoopValidity(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 1, quorum.Config{DriftConst: 5 * time.Millisecond})
+	ctx := t.Context()
+	waitLoopReady(t, c, b)
+	onLoops(t, b, 2, func() {
+		ok, err := acquire(ctx, c, "short", "t", 5*time.Millisecond)
+		if ok || !isTryAgain(err) || !strings.Contains(err.Error(), "too late") {
+			t.Fatalf("SET NX PX 5 with a 5ms drift allowance = %v, %v; want TRYAGAIN quorum reached too late", ok, err)
+		}
+	})
+}
+
+// A node that lost its scripts (restarted, or SCRIPT FLUSH) answers
+// EVALSHA with NOSCRIPT; the loop path sends it the script by EVAL, and
+// the node really runs it.
+func TestLoopNoScriptFallback(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
+	ctx := t.Context()
+	direct := directClients(t, nodes)
+	// Warm up with a script that has no keys (it runs on the loop and
+	// grants no TTL: the restart below then costs no quarantine, and the
+	// restarted node votes).
+	deadline := time.Now().Add(5 * time.Second)
+	for before := b.LoopOps(); b.LoopOps() == before; {
+		c.Eval(ctx, "return 1", nil)
+		if time.Now().After(deadline) {
+			t.Fatal("the loop path never took a script")
+		}
+		time.Sleep(5 * time.Millisecond) // polling for a connection set up off the loop
+	}
+	sha, err := c.ScriptLoad(ctx, releaseSrc).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	nodes[0].Restart()
+	direct[1].ScriptFlush(ctx)
+	// Until the loop's connection to the restarted node is set up again,
+	// that node fails; wait for it (two connections: the stream's and the
+	// loop's).
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		cl, _ := direct[0].ClientList(ctx).Result()
+		if strings.Count(cl, "name=lockproxy") >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy did not reconnect to the restarted node: %s", cl)
+		}
+		c.Eval(ctx, "return 1", nil) // the loop hears of the break when it uses the connection
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, d := range direct {
+		d.Set(ctx, "lock", "tok", 0)
+	}
+	onLoops(t, b, 1, func() {
+		n, err := c.EvalSha(ctx, sha, []string{"lock"}, "tok").Int()
+		if n != 1 || err != nil {
+			t.Fatalf("EVALSHA release = %d, %v; want 1", n, err)
+		}
+	})
+	for i, d := range direct {
+		if v, err := d.Exists(ctx, "lock").Result(); v != 0 || err != nil {
+			t.Errorf("node %d still holds the lock (%v, %v): EVALSHA's NOSCRIPT was not followed by EVAL", i, v, err)
+		}
+	}
+}
+
+// Under load from many clients on few keys, nodes are paused (SIGSTOP)
+// and killed: an acquire answers OK only when nobody else holds the key,
+// TRYAGAIN when failures decide, and never blocks past the node timeout.
+func TestLoopNodeFaultsUnderLoad(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 2, quorum.Config{})
+	ctx := t.Context()
+	waitLoopReady(t, c, b)
+	release := redis.NewScript(releaseSrc)
+	if err := release.Load(ctx, c).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	const ttl = 2 * time.Second
+	var mu sync.Mutex
+	type hold struct {
+		tok       string
+		until     time.Time // the key may be held on the nodes until then
+		releasing bool      // a release was sent: the key may be free any time
+	}
+	holders := map[string]hold{}
+	var counts sync.Map // outcome → *int
+	count := func(k string) {
+		v, _ := counts.LoadOrStore(k, new(int))
+		mu.Lock()
+		*v.(*int)++
+		mu.Unlock()
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("k%d", i%4)
+				tok := fmt.Sprintf("w%d-%d", w, i)
+				sent := time.Now()
+				ok, err := acquire(ctx, c, key, tok, ttl)
+				took := time.Since(sent)
+				if took > 3*testTimeout+time.Second {
+					t.Errorf("an acquire took %v with a %v node timeout", took, testTimeout)
+				}
+				switch {
+				case err != nil && !isTryAgain(err):
+					t.Errorf("SET NX = %v; want OK, nil or TRYAGAIN", err)
+					return
+				case err != nil:
+					count("tryagain")
+					continue
+				case !ok:
+					count("nil")
+					continue
+				}
+				count("ok")
+				mu.Lock()
+				if h, held := holders[key]; held && !h.releasing && time.Now().Before(h.until) {
+					t.Errorf("two holders of %s: %s and %s", key, h.tok, tok)
+				}
+				holders[key] = hold{tok: tok, until: sent.Add(ttl)}
+				mu.Unlock()
+				time.Sleep(time.Millisecond) // hold it a little: others contend meanwhile
+				mu.Lock()
+				if h := holders[key]; h.tok == tok {
+					h.releasing = true
+					holders[key] = h
+				}
+				mu.Unlock()
+				release.Run(ctx, c, []string{key}, tok)
+			}
+		})
+	}
+	loopsBefore := b.LoopOps()
+	phase := func(d time.Duration) {
+		t.Helper()
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
+	phase(300 * time.Millisecond)
+	nodes[0].Stop() // one node paused: the others carry the vote
+	phase(600 * time.Millisecond)
+	nodes[1].Stop() // two paused: no majority, TRYAGAIN
+	phase(600 * time.Millisecond)
+	nodes[0].Cont()
+	nodes[1].Cont()
+	phase(600 * time.Millisecond)
+	nodes[2].Kill() // one killed
+	phase(600 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	got := map[string]int{}
+	counts.Range(func(k, v any) bool { got[k.(string)] = *v.(*int); return true })
+	t.Logf("outcomes: %v; %d operations on the loops", got, b.LoopOps()-loopsBefore)
+	if got["ok"] == 0 || got["tryagain"] == 0 {
+		t.Errorf("outcomes %v: want both OK (a majority up) and TRYAGAIN (two nodes paused)", got)
+	}
+	if b.LoopOps()-loopsBefore < int64(got["ok"]) {
+		t.Errorf("%d operations on the loops for %d acquires granted: the load did not run on the loops", b.LoopOps()-loopsBefore, got["ok"])
+	}
+	// After the pause, the connections to the paused nodes were replaced
+	// (overdue replies) and the loop path works with the two live nodes.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok, err := acquire(ctx, c, "after", "t", ttl)
+		if ok && err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("SET NX after the faults = %v, %v; want OK once the paused nodes are reconnected", ok, err)
+		}
+		time.Sleep(10 * time.Millisecond) // the reconnection backs off up to a second
+	}
+}
