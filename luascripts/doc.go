@@ -3,8 +3,9 @@
 // dialect Redis embeds).
 //
 // It owns the sandbox, the redis.* library, Redis's Lua<->RESP conversion
-// rules, the script time limit, and a small catalogue of release scripts
-// it runs natively. It does not own atomicity: the backend calls
+// rules, the script time limit, the classifier that tells by what a
+// script does whether it can create a key, and a small catalogue of
+// release scripts it runs natively. It does not own atomicity: the backend calls
 // Runner.Run inside its own atomic section and gives it a Caller that runs
 // redis.call against that section.
 //
@@ -33,6 +34,69 @@
 // frame of those messages still matches. A script running past
 // Config.TimeLimit is stopped with "ERR Script killed by lockproxy: it ran
 // longer than the script time limit (5s)".
+//
+// # Scripts recognised by what they do
+//
+// Classify (classify.go) tells whether a script can create a key, which is
+// what the quorum backend needs to know: a script that may create one is
+// watched on every node (its keys read before and after it, for the undo
+// of a minority acquire and Redlock's validity check); one that cannot is
+// sent alone. It works from the script's behaviour, not its text or SHA1,
+// so a new library version needs no change here. Its answer has two
+// halves, and only the first carries safety.
+//
+// The static half (static.go) reads, off the script's syntax tree, every
+// command the script can send. That is sound for every run, whatever its
+// KEYS, ARGV, the keys' contents, TIME or random numbers, and whatever Lua
+// computes on the node (where real Redis runs it, not this package):
+//
+//   - a script reaches Redis only through the global redis, or through
+//     names that could lead to it or compile code (_G; loadstring, which
+//     Redis 7.0 still offers; rawget, getfenv …). The walker accepts
+//     only scripts that name no global outside a short list of harmless
+//     ones (KEYS, ARGV, string, table, math, tonumber, tostring, type,
+//     ipairs, pairs, next, unpack, select, pcall, error, assert,
+//     rawequal), a local shadowing a name counting only inside its scope,
+//     and that mention redis only as redis.call(…)/redis.pcall(…) with a
+//     string literal as the command, or redis.<other field>;
+//   - so the literals are all the commands the script can send. When each
+//     is one that cannot create a key (GET MGET EXISTS PTTL TTL GETRANGE
+//     PING ECHO; DEL UNLINK DELIFEQ DELEX; PEXPIRE EXPIRE PEXPIREAT
+//     EXPIREAT PERSIST, which do nothing on an absent key), no run of
+//     the script can create a key on any node. When none changes an
+//     expiry either, no run can lengthen a TTL, which the quorum backend's
+//     restart quarantine would need to learn.
+//
+// Everything else — SET in every form (node redlock's extend rewrites its
+// key with SET … PX after a check this walker does not follow), SETNX,
+// MSET, SELECT, TIME, a command named at run time, redis passed as a value,
+// a syntax the walker does not know — leaves the script Other: watched.
+//
+// The dynamic half runs the script, with the call's own KEYS and ARGV, on
+// the lock model (proxy/backend/model) at a stopped clock, in probe states
+// per key (absent; holding each of the first ARGV; holding a foreign
+// token; with and without a TTL). It can only make the answer more
+// cautious: a probe that raises or meets an error, sends a command outside
+// the key commands, names a key it was not given, or changes a key that
+// did not hold one of its ARGV (an EXPIRE or DEL of someone else's lock)
+// makes the script Other; a probe that creates a key labels it Acquire.
+// The probes cannot prove anything about states or ARGV they did not try,
+// which is why they never decide that a script is safe to leave unwatched.
+//
+// Caching (Classes) is by SHA1 and the numbers of KEYS and ARGV, bounded
+// at 4096 entries (then it starts over). The static half depends on the
+// text alone, so a cached "creates nothing" holds for every later call; the
+// probes ran with the first call's ARGV, so a later call may behave
+// differently, but only in ways the static half already allows. A script
+// is classified once per entry, at the cost of one parse and up to 64
+// short probe runs (each under the Runner's time limit; the first failure
+// ends them).
+//
+// The memory backend's natives (catalog.go) stay matched by whole text:
+// running a script natively needs its replies to be byte-identical to
+// Lua's in every state, which recognising "creates nothing" does not show.
+// pgbridge and migrate's one-statement releases rely on the same exact
+// replies (IsRelease, Releases), so they keep the text match too.
 //
 // A Runner is safe for concurrent use. It keeps a pool of Lua states so a
 // script call does not pay for a new VM, and a cache of compiled scripts by

@@ -22,12 +22,18 @@ import (
 // on those nodes with an owner-checked delete: a failed acquire leaves
 // nothing behind, as an undone SET NX does.
 //
-// A catalogued release script (luascripts.IsRelease: known by its whole
-// text to create nothing) is not watched: a release is one command per
-// node, not three.
+// A script that can create nothing (watchOf, classify.go) is not watched:
+// a release is one command per node, an extend the script and a PTTL per
+// key (for the restart quarantine).
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
-	watch := !ro && len(keys) > 0 && !b.releases.Is(s)
-	build := func(eval bool) *req { return evalRequest(s, keys, args, ro, watch, eval) }
+	w := b.watchOf(ctx, s, keys, args, ro)
+	watch := w == watchKeys
+	build := func(eval bool) *req {
+		if w == watchTTLs {
+			return appendTTLs(evalRequest(s, keys, args, ro, false, eval), keys)
+		}
+		return evalRequest(s, keys, args, ro, watch, eval)
+	}
 	at := 0 // the script's reply among a node's replies
 	if watch {
 		at = 1
@@ -66,6 +72,9 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	// script acquired, extended, or failed.
 	count := createdCount(created)
 	longest, shortest := scriptTTLs(keys, created, count, ttls, b.q)
+	if w == watchTTLs {
+		longest = longestTTL(replies, keys)
+	}
 	b.noteTTL(longest)
 	// An acquire by script gets Redlock's validity check as SET NX does:
 	// the keys it created on a majority must outlive the time the vote

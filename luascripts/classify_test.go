@@ -1,0 +1,185 @@
+package luascripts
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// clientScript is one script of tests/testdata/scripts with the arguments
+// its library sends, and the class it must get.
+type clientScript struct {
+	file string
+	args []string
+	want Class
+}
+
+// ClientScripts are the scripts every SPEC §5 library sends (the files
+// are the libraries' own, captured byte for byte), with the arguments
+// each sends. Also used by quorum's tests through the same file names.
+var clientScripts = []clientScript{
+	{"redis-py-release", []string{"tok"}, Release},
+	{"redis-py-extend", []string{"tok", "5000", "0"}, Extend},
+	{"redis-py-reacquire", []string{"tok", "5000"}, Extend},
+	{"redis-semaphore-mutex-release", []string{"tok"}, Release},
+	{"redis-semaphore-mutex-refresh", []string{"tok", "5000"}, Extend},
+	{"redislock-release", []string{"tok"}, Release},
+	{"redislock-refresh", []string{"tok", "5000"}, Extend},
+	{"redislock-pttl", []string{"tok"}, ReadOnly},
+	{"redislock-obtain", []string{"tok", "3", "5000"}, Acquire},
+	{"redislock094-release", []string{"tok"}, Release},
+	{"redislock094-refresh", []string{"tok", "5000"}, Extend},
+	{"redislock094-pttl", []string{"tok"}, ReadOnly},
+	{"redislock094-obtain", []string{"tok", "3", "5000"}, Acquire},
+	{"redlock4-release", []string{"tok"}, Release},
+	{"redlock4-acquire", []string{"tok", "5000"}, Acquire},
+	{"redlock5-release", []string{"tok"}, Release},
+	{"redlock5-acquire", []string{"tok", "5000"}, Acquire},
+	{"redsync-release", []string{"tok"}, Release},
+	{"redsync-touch", []string{"tok", "5000"}, Extend},
+	{"redsync-touch-setnx", []string{"tok", "5000"}, Acquire},
+	// node redlock's extend rewrites its keys with SET … PX after
+	// checking they hold its token: SET can create, so it is watched.
+	{"redlock4-extend", []string{"tok", "5000"}, Other},
+	{"redlock5-extend", []string{"tok", "5000"}, Other},
+}
+
+func bytesOf(ss []string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
+	}
+	return out
+}
+
+// TestClassifyClientScripts classifies every script the client libraries
+// send, with one key and with two (bsm/redislock and node redlock take
+// several), and checks that every file is in the table.
+func TestClassifyClientScripts(t *testing.T) {
+	r := New(Config{})
+	seen := map[string]bool{}
+	for _, cs := range clientScripts {
+		seen[cs.file] = true
+		src, err := os.ReadFile("../tests/testdata/scripts/" + cs.file + ".lua")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, keys := range [][]string{{"k1"}, {"k1", "k2"}} {
+			got := Classify(t.Context(), r, backend.Script{Src: string(src)}, keys, bytesOf(cs.args))
+			if got != cs.want {
+				t.Errorf("Classify(%s, %d keys, %q) = %s; want %s", cs.file, len(keys), cs.args, got, cs.want)
+			}
+		}
+	}
+	files, _ := filepath.Glob("../tests/testdata/scripts/*.lua")
+	for _, f := range files {
+		if name := strings.TrimSuffix(filepath.Base(f), ".lua"); !seen[name] {
+			t.Errorf("%s is not in clientScripts: give it its expected class", name)
+		}
+	}
+}
+
+// TestClassifyNewRelease: a release no catalogue has seen — reworded, other
+// variable names, UNLINK instead of DEL, another reply — is recognised by
+// what it does.
+func TestClassifyNewRelease(t *testing.T) {
+	r := New(Config{})
+	for name, src := range map[string]string{
+		"reworded": `local current = redis.call('GET', KEYS[1])
+			if current ~= false and current == ARGV[1] then
+				redis.call('UNLINK', KEYS[1]) return 'released'
+			end
+			return nil`,
+		"delifeq":           `return redis.call('delifeq', KEYS[1], ARGV[1])`,
+		"all keys":          `local n = 0 for _, k in ipairs(KEYS) do if redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n`,
+		"extend in seconds": `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end return 0`,
+	} {
+		want := Release
+		if strings.Contains(src, "expire") {
+			want = Extend
+		}
+		for _, keys := range [][]string{{"a"}, {"a", "b"}} {
+			if got := Classify(t.Context(), r, backend.Script{Src: src}, keys, bytesOf([]string{"tok", "30"})); got != want {
+				t.Errorf("%s with %d keys: %s; want %s", name, len(keys), got, want)
+			}
+		}
+	}
+}
+
+// TestClassifyAdversarial: scripts that create a key, or could, or do
+// something the probes cannot vouch for, are never classified as creating
+// nothing, whatever ARGV the classifying call had.
+func TestClassifyAdversarial(t *testing.T) {
+	release := `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end `
+	cases := map[string]string{
+		"acquire only when ARGV[2] is x": release + `if ARGV[2] == 'x' then redis.call('set', KEYS[1], ARGV[1], 'PX', 1000) end return 0`,
+		"acquire on the second key":      release + `if KEYS[2] then redis.call('set', KEYS[2], ARGV[1], 'NX') end return 0`,
+		"SET without NX":                 `if redis.call('get', KEYS[1]) ~= ARGV[1] then redis.call('set', KEYS[1], ARGV[1]) end return 1`,
+		"SET XX":                         `return redis.call('set', KEYS[1], ARGV[1], 'XX')`,
+		"SETNX":                          `return redis.call('setnx', KEYS[1], ARGV[1])`,
+		"MSETNX":                         `return redis.call('msetnx', KEYS[1], ARGV[1])`,
+		"EXPIRE of a foreign key":        `return redis.call('pexpire', KEYS[1], 100000)`,
+		"DEL of a foreign key":           `return redis.call('del', KEYS[1])`,
+		"DEL of a key not given":         release + `redis.call('del', 'other') return 0`,
+		"error mid-way":                  `redis.call('del', KEYS[1]) return redis.call('incr', KEYS[1])`,
+		"raises an error":                release + `error('no')`,
+		"error reply caught by pcall":    release + `local r = redis.pcall('pexpire', KEYS[1], 'x') return 0`,
+		"pcall of redis.call":            release + `local ok = pcall(redis.call, 'set', KEYS[1], ARGV[1]) return 0`,
+		"command in a variable":          `local c = ARGV[2] or 'del' return redis.call(c, KEYS[1], ARGV[1])`,
+		"command from unpack":            `return redis.call(unpack(ARGV))`,
+		"redis aliased":                  `local r = redis return r.call('set', KEYS[1], ARGV[1])`,
+		"redis indexed":                  `return redis['ca' .. 'll']('set', KEYS[1], ARGV[1])`,
+		"method call":                    `return redis:call('set', KEYS[1], ARGV[1])`,
+		"_G":                             `return _G.redis.call('set', KEYS[1], ARGV[1])`,
+		"loadstring (Redis 7.0 has it)":  `return loadstring("return redis.call('set', KEYS[1], ARGV[1])")()`,
+		"rawget":                         `return rawget(_G, 'redis').call('set', KEYS[1], ARGV[1])`,
+		"shadowed local out of scope":    `do local loadstring = 1 end return loadstring("return 1")()`,
+		"TIME":                           release + `local t = redis.call('TIME') return 0`,
+		"SELECT":                         `redis.call('select', 1) if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`,
+		"math.random":                    `if math.random() < 2 then return redis.call('set', KEYS[1], ARGV[1]) end return 0`,
+		"endless loop":                   `while true do end`,
+		"does not compile":               `if then`,
+		"GETSET":                         `return redis.call('getset', KEYS[1], ARGV[1])`,
+		"COPY":                           `return redis.call('copy', KEYS[1], KEYS[2])`,
+	}
+	rl := New(Config{TimeLimit: 20 * time.Millisecond}) // the endless loop
+	for name, src := range cases {
+		for _, args := range [][]string{{"tok", "y"}, {"tok", "x"}, {"tok"}, {}} {
+			for _, keys := range [][]string{{"a"}, {"a", "b"}} {
+				if got := Classify(t.Context(), rl, backend.Script{Src: src}, keys, bytesOf(args)); got.CreatesNothing() {
+					t.Errorf("%s (%d keys, ARGV %q): %s; must be watched", name, len(keys), args, got)
+				}
+			}
+		}
+	}
+}
+
+// TestClassesCacheByCounts: the cache keeps a class per SHA1 and numbers
+// of KEYS and ARGV, and a script that acquires on its second key is not
+// taken for a release because it was first seen with one key.
+func TestClassesCacheByCounts(t *testing.T) {
+	var c Classes
+	src := `if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
+		if KEYS[2] then redis.call('set', KEYS[2], ARGV[1], 'NX') end return 0`
+	s := backend.Script{Src: src, SHA1: SHA1(src)}
+	if got := c.Of(t.Context(), s, []string{"a"}, bytesOf([]string{"tok"})); got.CreatesNothing() {
+		t.Errorf("one key: %s; must be watched", got)
+	}
+	if got := c.Of(t.Context(), s, []string{"a", "b"}, bytesOf([]string{"tok"})); got != Acquire {
+		t.Errorf("two keys: %s; want acquire", got)
+	}
+	rel := `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`
+	rs := backend.Script{Src: rel, SHA1: SHA1(rel)}
+	for range 3 {
+		if got := c.Of(t.Context(), rs, []string{"a"}, bytesOf([]string{"tok"})); got != Release {
+			t.Errorf("release: %s", got)
+		}
+	}
+	if n := c.n.Load(); n != 3 {
+		t.Errorf("%d cache entries; want 3", n)
+	}
+}
