@@ -30,6 +30,13 @@ const (
 	Other Class = iota
 	// Acquire: a probe saw it create a key. Watch it.
 	Acquire
+	// Guarded: its text may create a key (node redlock's extend rewrites
+	// its key with SET … PX once it found its token there), but no probe
+	// saw it do so, it was given one key, and it keeps to the core subset
+	// of Lua (static.go). Whether a call can create its key is decided
+	// per call by one run on the model from the key absent (Classes.Of,
+	// doc.go): the class of a call is never Guarded.
+	Guarded
 	// ReadOnly: it can send only commands that read.
 	ReadOnly
 	// Release: it can send only commands that read or delete, and in
@@ -42,7 +49,7 @@ const (
 	Extend
 )
 
-var classNames = [...]string{"other", "acquire", "read-only", "release", "extend"}
+var classNames = [...]string{"other", "acquire", "guarded", "read-only", "release", "extend"}
 
 func (c Class) String() string {
 	if int(c) < len(classNames) {
@@ -84,7 +91,7 @@ const maxProbeKeys = 8
 // calls ReadOnly, Release or Extend cannot create a key, whatever its
 // KEYS, ARGV and the keys' contents.
 func Classify(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte) Class {
-	cmds, known := staticCommands(s.Src)
+	cmds, known, core := analyse(s.Src)
 	create, expire := true, true
 	if known {
 		create, expire = cmds.reach()
@@ -103,7 +110,11 @@ func Classify(ctx context.Context, r *Runner, s backend.Script, keys []string, a
 	switch {
 	case created:
 		return Acquire
-	case create || !clean:
+	case !clean:
+		return Other
+	case create && known && core && len(keys) == 1:
+		return Guarded
+	case create:
 		return Other
 	case expire:
 		return Extend
@@ -292,8 +303,10 @@ type classKey struct {
 
 const maxClasses = 4096
 
-// Of returns Classify(s, keys, args), from the cache when a call of the
-// same script with as many KEYS and ARGV was classified before. The probes
+// Of returns the class of this call: Classify(s, keys, args), from the
+// cache when a call of the same script with as many KEYS and ARGV was
+// classified before, and for a Guarded script the outcome of this call's
+// own check on the model (never Guarded itself). The probes
 // run under ctx without its cancellation (bounded by the Runner's time
 // limit), so that one client giving up cannot leave a script classified
 // Other for everyone.
@@ -305,14 +318,14 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 		s.SHA1 = SHA1(s.Src)
 	}
 	k := classKey{s.SHA1, len(keys), len(args)}
-	if v, ok := c.known.Load(k); ok {
-		return v.(Class)
-	}
 	c.once.Do(func() {
 		if c.Runner == nil {
 			c.Runner = New(Config{TimeLimit: 50 * time.Millisecond})
 		}
 	})
+	if v, ok := c.known.Load(k); ok {
+		return c.call(ctx, v.(Class), s, keys, args)
+	}
 	cl := Classify(context.WithoutCancel(ctx), c.Runner, s, keys, args)
 	if c.n.Load() >= maxClasses {
 		c.known.Clear()
@@ -321,5 +334,21 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 	if _, loaded := c.known.LoadOrStore(k, cl); !loaded {
 		c.n.Add(1)
 	}
-	return cl
+	return c.call(ctx, cl, s, keys, args)
+}
+
+// call is the class of one call of a script of class cl: a Guarded
+// script's call is Extend when its run on the model, from its one key
+// absent (the only state in which it can create that key), creates
+// nothing, touches no other key and meets no error; else Other.
+func (c *Classes) call(ctx context.Context, cl Class, s backend.Script, keys []string, args [][]byte) Class {
+	if cl != Guarded {
+		return cl
+	}
+	if len(keys) == 1 {
+		if ok, created := probe(ctx, c.Runner, s, keys, args, probeState{nil}); ok && !created {
+			return Extend
+		}
+	}
+	return Other
 }

@@ -43,9 +43,10 @@ var clientScripts = []clientScript{
 	{"redsync-touch", []string{"tok", "5000"}, Extend},
 	{"redsync-touch-setnx", []string{"tok", "5000"}, Acquire},
 	// node redlock's extend rewrites its keys with SET … PX after
-	// checking they hold its token: SET can create, so it is watched.
-	{"redlock4-extend", []string{"tok", "5000"}, Other},
-	{"redlock5-extend", []string{"tok", "5000"}, Other},
+	// checking they hold its token: SET can create, so each call with one
+	// key is checked on the model (Guarded); with several it is watched.
+	{"redlock4-extend", []string{"tok", "5000"}, Guarded},
+	{"redlock5-extend", []string{"tok", "5000"}, Guarded},
 }
 
 func bytesOf(ss []string) [][]byte {
@@ -68,10 +69,21 @@ func TestClassifyClientScripts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var c Classes
 		for _, keys := range [][]string{{"k1"}, {"k1", "k2"}} {
-			got := Classify(t.Context(), r, backend.Script{Src: string(src)}, keys, bytesOf(cs.args))
-			if got != cs.want {
-				t.Errorf("Classify(%s, %d keys, %q) = %s; want %s", cs.file, len(keys), cs.args, got, cs.want)
+			want, wantCall := cs.want, cs.want
+			if want == Guarded {
+				wantCall = Extend // its check passes: it creates nothing from an absent key
+				if len(keys) > 1 {
+					want, wantCall = Other, Other
+				}
+			}
+			s := backend.Script{Src: string(src)}
+			if got := Classify(t.Context(), r, s, keys, bytesOf(cs.args)); got != want {
+				t.Errorf("Classify(%s, %d keys, %q) = %s; want %s", cs.file, len(keys), cs.args, got, want)
+			}
+			if got := c.Of(t.Context(), s, keys, bytesOf(cs.args)); got != wantCall {
+				t.Errorf("Classes.Of(%s, %d keys, %q) = %s; want %s", cs.file, len(keys), cs.args, got, wantCall)
 			}
 		}
 	}
@@ -116,42 +128,70 @@ func TestClassifyNewRelease(t *testing.T) {
 func TestClassifyAdversarial(t *testing.T) {
 	release := `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end `
 	cases := map[string]string{
-		"acquire only when ARGV[2] is x": release + `if ARGV[2] == 'x' then redis.call('set', KEYS[1], ARGV[1], 'PX', 1000) end return 0`,
-		"acquire on the second key":      release + `if KEYS[2] then redis.call('set', KEYS[2], ARGV[1], 'NX') end return 0`,
-		"SET without NX":                 `if redis.call('get', KEYS[1]) ~= ARGV[1] then redis.call('set', KEYS[1], ARGV[1]) end return 1`,
-		"SET XX":                         `return redis.call('set', KEYS[1], ARGV[1], 'XX')`,
-		"SETNX":                          `return redis.call('setnx', KEYS[1], ARGV[1])`,
-		"MSETNX":                         `return redis.call('msetnx', KEYS[1], ARGV[1])`,
-		"EXPIRE of a foreign key":        `return redis.call('pexpire', KEYS[1], 100000)`,
-		"DEL of a foreign key":           `return redis.call('del', KEYS[1])`,
-		"DEL of a key not given":         release + `redis.call('del', 'other') return 0`,
-		"error mid-way":                  `redis.call('del', KEYS[1]) return redis.call('incr', KEYS[1])`,
-		"raises an error":                release + `error('no')`,
-		"error reply caught by pcall":    release + `local r = redis.pcall('pexpire', KEYS[1], 'x') return 0`,
-		"pcall of redis.call":            release + `local ok = pcall(redis.call, 'set', KEYS[1], ARGV[1]) return 0`,
-		"command in a variable":          `local c = ARGV[2] or 'del' return redis.call(c, KEYS[1], ARGV[1])`,
-		"command from unpack":            `return redis.call(unpack(ARGV))`,
-		"redis aliased":                  `local r = redis return r.call('set', KEYS[1], ARGV[1])`,
-		"redis indexed":                  `return redis['ca' .. 'll']('set', KEYS[1], ARGV[1])`,
-		"method call":                    `return redis:call('set', KEYS[1], ARGV[1])`,
-		"_G":                             `return _G.redis.call('set', KEYS[1], ARGV[1])`,
-		"loadstring (Redis 7.0 has it)":  `return loadstring("return redis.call('set', KEYS[1], ARGV[1])")()`,
-		"rawget":                         `return rawget(_G, 'redis').call('set', KEYS[1], ARGV[1])`,
-		"shadowed local out of scope":    `do local loadstring = 1 end return loadstring("return 1")()`,
-		"TIME":                           release + `local t = redis.call('TIME') return 0`,
-		"SELECT":                         `redis.call('select', 1) if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`,
-		"math.random":                    `if math.random() < 2 then return redis.call('set', KEYS[1], ARGV[1]) end return 0`,
-		"endless loop":                   `while true do end`,
-		"does not compile":               `if then`,
-		"GETSET":                         `return redis.call('getset', KEYS[1], ARGV[1])`,
-		"COPY":                           `return redis.call('copy', KEYS[1], KEYS[2])`,
+		"acquire only when ARGV[2] is x":    release + `if ARGV[2] == 'x' then redis.call('set', KEYS[1], ARGV[1], 'PX', 1000) end return 0`,
+		"acquire on the second key":         release + `if KEYS[2] then redis.call('set', KEYS[2], ARGV[1], 'NX') end return 0`,
+		"SET without NX":                    `if redis.call('get', KEYS[1]) ~= ARGV[1] then redis.call('set', KEYS[1], ARGV[1]) end return 1`,
+		"SET XX":                            `return redis.call('set', KEYS[1], ARGV[1], 'XX')`,
+		"SETNX":                             `return redis.call('setnx', KEYS[1], ARGV[1])`,
+		"MSETNX":                            `return redis.call('msetnx', KEYS[1], ARGV[1])`,
+		"EXPIRE of a foreign key":           `return redis.call('pexpire', KEYS[1], 100000)`,
+		"DEL of a foreign key":              `return redis.call('del', KEYS[1])`,
+		"DEL of a key not given":            release + `redis.call('del', 'other') return 0`,
+		"error mid-way":                     `redis.call('del', KEYS[1]) return redis.call('incr', KEYS[1])`,
+		"raises an error":                   release + `error('no')`,
+		"error reply caught by pcall":       release + `local r = redis.pcall('pexpire', KEYS[1], 'x') return 0`,
+		"pcall of redis.call":               release + `local ok = pcall(redis.call, 'set', KEYS[1], ARGV[1]) return 0`,
+		"command in a variable":             `local c = ARGV[2] or 'del' return redis.call(c, KEYS[1], ARGV[1])`,
+		"command from unpack":               `return redis.call(unpack(ARGV))`,
+		"redis aliased":                     `local r = redis return r.call('set', KEYS[1], ARGV[1])`,
+		"redis indexed":                     `return redis['ca' .. 'll']('set', KEYS[1], ARGV[1])`,
+		"method call":                       `return redis:call('set', KEYS[1], ARGV[1])`,
+		"_G":                                `return _G.redis.call('set', KEYS[1], ARGV[1])`,
+		"loadstring (Redis 7.0 has it)":     `return loadstring("return redis.call('set', KEYS[1], ARGV[1])")()`,
+		"rawget":                            `return rawget(_G, 'redis').call('set', KEYS[1], ARGV[1])`,
+		"shadowed local out of scope":       `do local loadstring = 1 end return loadstring("return 1")()`,
+		"TIME":                              release + `local t = redis.call('TIME') return 0`,
+		"SELECT":                            `redis.call('select', 1) if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`,
+		"math.random":                       `if math.random() < 2 then return redis.call('set', KEYS[1], ARGV[1]) end return 0`,
+		"endless loop":                      `while true do end`,
+		"does not compile":                  `if then`,
+		"SET after reading a key not given": `if redis.call('get', 'other') == false then return redis.call('set', KEYS[1], ARGV[1]) end return 0`,
+		"SET when PTTL says absent":         `if redis.call('pttl', KEYS[1]) == -2 then return redis.call('set', KEYS[1], ARGV[1]) end return 0`,
+		"SET after TIME":                    `local t = redis.call('time') if t then redis.call('set', KEYS[1], ARGV[1]) end return 0`,
+		"SET from an ARGV loop":             `for _, a in ipairs(ARGV) do if a == 'x' then redis.call('set', KEYS[1], a) end end return 0`,
+		"GETSET":                            `return redis.call('getset', KEYS[1], ARGV[1])`,
+		"COPY":                              `return redis.call('copy', KEYS[1], KEYS[2])`,
+	}
+	// Two of them create only in some calls; their other calls really
+	// create nothing, and with one key go unwatched (checked below).
+	canCreate := map[string]func(keys, args []string) bool{
+		"acquire only when ARGV[2] is x": func(_, args []string) bool { return len(args) > 1 && args[1] == "x" },
+		"acquire on the second key":      func(keys, _ []string) bool { return len(keys) > 1 },
+		"SET from an ARGV loop":          func(_, args []string) bool { return len(args) > 1 && args[1] == "x" },
 	}
 	rl := New(Config{TimeLimit: 20 * time.Millisecond}) // the endless loop
 	for name, src := range cases {
 		for _, args := range [][]string{{"tok", "y"}, {"tok", "x"}, {"tok"}, {}} {
 			for _, keys := range [][]string{{"a"}, {"a", "b"}} {
+				if f := canCreate[name]; f != nil && !f(keys, args) {
+					var c Classes // a one-key call is checked on the model; more keys are watched
+					if got := c.Of(t.Context(), backend.Script{Src: src}, keys, bytesOf(args)); len(keys) == 1 && !got.CreatesNothing() {
+						t.Errorf("%s (%d keys, ARGV %q) cannot create: call class %s; want unwatched", name, len(keys), args, got)
+					}
+					continue
+				}
 				if got := Classify(t.Context(), rl, backend.Script{Src: src}, keys, bytesOf(args)); got.CreatesNothing() {
 					t.Errorf("%s (%d keys, ARGV %q): %s; must be watched", name, len(keys), args, got)
+				}
+				// The cache first meets the script with harmless ARGV ("y"),
+				// then with the ARGV that make it acquire.
+				for _, first := range [][]string{{"tok", "y"}, args} {
+					var c Classes
+					c.Runner = rl
+					c.Of(t.Context(), backend.Script{Src: src}, keys, bytesOf(first))
+					if got := c.Of(t.Context(), backend.Script{Src: src}, keys, bytesOf(args)); got.CreatesNothing() {
+						t.Errorf("%s (%d keys, ARGV %q after %q): call class %s; must be watched", name, len(keys), args, first, got)
+					}
 				}
 			}
 		}
@@ -166,8 +206,10 @@ func TestClassesCacheByCounts(t *testing.T) {
 	src := `if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
 		if KEYS[2] then redis.call('set', KEYS[2], ARGV[1], 'NX') end return 0`
 	s := backend.Script{Src: src, SHA1: SHA1(src)}
-	if got := c.Of(t.Context(), s, []string{"a"}, bytesOf([]string{"tok"})); got.CreatesNothing() {
-		t.Errorf("one key: %s; must be watched", got)
+	// With one key it cannot create (KEYS[2] is nil): a Guarded script
+	// whose call passes its check.
+	if got := c.Of(t.Context(), s, []string{"a"}, bytesOf([]string{"tok"})); got != Extend {
+		t.Errorf("one key: %s; want extend", got)
 	}
 	if got := c.Of(t.Context(), s, []string{"a", "b"}, bytesOf([]string{"tok"})); got != Acquire {
 		t.Errorf("two keys: %s; want acquire", got)

@@ -67,10 +67,32 @@
 //     expiry either, no run can lengthen a TTL, which the quorum backend's
 //     restart quarantine would need to learn.
 //
-// Everything else — SET in every form (node redlock's extend rewrites its
-// key with SET … PX after a check this walker does not follow), SETNX,
-// MSET, SELECT, TIME, a command named at run time, redis passed as a value,
-// a syntax the walker does not know — leaves the script Other: watched.
+// Everything else — SET in every form, SETNX, MSET, SELECT, TIME, a
+// command named at run time, redis passed as a value, a syntax the walker
+// does not know — leaves the script watched, with one exception:
+//
+// Guarded scripts. Node redlock's extend rewrites its key with SET … PX
+// once it found its token there; SET can create, and the walker does not
+// follow the check. Such a script is Guarded when it was given one key,
+// no probe saw it create or misbehave, and it keeps to a core subset of
+// Lua (static.go: locals, control statements, functions, literals, ==
+// and ~=, not/and/or, # and indexing of KEYS and ARGV, ipairs, redis.call
+// with a literal command; no tables of its own, no arithmetic, ordering,
+// concatenation, libraries, pcall or redis.pcall). Each call of it is
+// then run once more on the model, with the call's own KEYS and ARGV,
+// from its key absent, and goes unwatched (as an extend) only if that run
+// creates nothing, meets no error, and sends only key commands on that
+// one key. Why that is enough: a script creates its key only on a node
+// where the key was absent before it. From that state the node's run and
+// the model's see the same replies (the model answers as Redis does,
+// which the differential tests hold it to), and in the core subset Lua
+// computes the same on both, so they send the same commands in the same
+// order; an error ends a run on both sides (nothing can catch it), and a
+// command the node refuses where the model did not only cuts the node's
+// run shorter. So the node's run creates at most what the model's did:
+// nothing. The argument rests on the model's conformance and on gopher-lua
+// agreeing with Lua 5.1 on that small subset, where the static half rests
+// on neither; a call with more keys, or any doubt, is watched.
 //
 // The dynamic half runs the script, with the call's own KEYS and ARGV, on
 // the lock model (proxy/backend/model) at a stopped clock, in probe states
@@ -87,7 +109,8 @@
 // at 4096 entries (then it starts over). The static half depends on the
 // text alone, so a cached "creates nothing" holds for every later call; the
 // probes ran with the first call's ARGV, so a later call may behave
-// differently, but only in ways the static half already allows. A script
+// differently, but only in ways the static half already allows. A cached
+// Guarded is never an answer by itself: every call is checked. A script
 // is classified once per entry, at the cost of one parse and up to 64
 // short probe runs (each under the Runner's time limit; the first failure
 // ends them).

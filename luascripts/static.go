@@ -29,21 +29,45 @@ type commandSet map[string]bool
 // staticCommands returns every command src can send, or ok false when
 // that cannot be read off its syntax (or it does not compile).
 func staticCommands(src string) (cmds commandSet, ok bool) {
+	cmds, ok, _ = analyse(src)
+	return cmds, ok
+}
+
+// analyse is staticCommands, and reports whether src keeps to the core
+// subset of Lua (coreSubset) as well.
+func analyse(src string) (cmds commandSet, ok, core bool) {
 	chunk, err := parse.Parse(strings.NewReader(src), "user_script")
 	if err != nil {
-		return nil, false
+		return nil, false, false
 	}
-	w := &walker{cmds: commandSet{}, ok: true}
+	w := &walker{cmds: commandSet{}, ok: true, core: true}
 	w.block(chunk)
 	if !w.ok {
-		return nil, false
+		return nil, false, false
 	}
-	return w.cmds, true
+	return w.cmds, true, w.core
 }
+
+// coreGlobals are the only globals a script in the core subset names.
+var coreGlobals = setOf("KEYS", "ARGV", "ipairs")
+
+// The core subset is the part of Lua whose every result gopher-lua
+// computes exactly as Redis's Lua 5.1 does, so that a run on the lock
+// model is the run a node makes from the same key states (doc.go,
+// "Guarded"): locals, control statements, functions, literals, indexing,
+// calls of redis.call (not pcall) with a literal command and of ipairs,
+// == and ~=, not/and/or, # of KEYS or ARGV, and indexing KEYS, ARGV or
+// anything by a number literal. Outside it: tables built
+// by the script (# with holes differs), concatenation and tostring
+// (number formatting), arithmetic and ordering (string coercion, the
+// locale), the libraries, pcall and redis.pcall (a caught error's text
+// could steer the script: without them every error ends the run on both
+// sides, which only ever does less).
 
 type walker struct {
 	cmds   commandSet
 	ok     bool
+	core   bool              // the script keeps to the core subset so far
 	scopes []map[string]bool // the locals in scope, innermost last
 }
 
@@ -135,8 +159,12 @@ func (w *walker) expr(e ast.Expr) {
 	case nil:
 	case *ast.TrueExpr, *ast.FalseExpr, *ast.NilExpr, *ast.NumberExpr, *ast.StringExpr, *ast.Comma3Expr:
 	case *ast.IdentExpr:
-		if e.Value == "redis" || (!w.local(e.Value) && !globals[e.Value]) {
+		local := w.local(e.Value)
+		if e.Value == "redis" || (!local && !globals[e.Value]) {
 			w.ok = false // the library as a value, or a global that is not known harmless
+		}
+		if !local && !coreGlobals[e.Value] {
+			w.core = false
 		}
 	case *ast.AttrGetExpr:
 		if isIdent(e.Object, "redis") {
@@ -144,11 +172,18 @@ func (w *walker) expr(e ast.Expr) {
 			if !lit || k.Value == "call" || k.Value == "pcall" {
 				w.ok = false // redis[expr], or call/pcall not called right here
 			}
+			w.core = false
 			return
+		}
+		// In the core subset only KEYS and ARGV are indexed by anything
+		// but a number: a string's fields are the string library.
+		if _, num := e.Key.(*ast.NumberExpr); !num && !isIdent(e.Object, "KEYS") && !isIdent(e.Object, "ARGV") {
+			w.core = false
 		}
 		w.expr(e.Object)
 		w.expr(e.Key)
 	case *ast.TableExpr:
+		w.core = false
 		for _, f := range e.Fields {
 			w.expr(f.Key)
 			w.expr(f.Value)
@@ -166,9 +201,15 @@ func (w *walker) expr(e ast.Expr) {
 					return
 				}
 				w.cmds[strings.ToLower(name.Value)] = true
+				if k.Value == "pcall" {
+					w.core = false
+				}
 				w.exprs(e.Args[1:])
 				return
 			}
+		}
+		if e.Receiver != nil {
+			w.core = false // a method: of a string, the string library
 		}
 		w.expr(e.Func)
 		w.expr(e.Receiver)
@@ -177,19 +218,28 @@ func (w *walker) expr(e ast.Expr) {
 		w.expr(e.Lhs)
 		w.expr(e.Rhs)
 	case *ast.RelationalOpExpr:
+		if e.Operator != "==" && e.Operator != "~=" {
+			w.core = false
+		}
 		w.expr(e.Lhs)
 		w.expr(e.Rhs)
 	case *ast.StringConcatOpExpr:
+		w.core = false
 		w.expr(e.Lhs)
 		w.expr(e.Rhs)
 	case *ast.ArithmeticOpExpr:
+		w.core = false
 		w.expr(e.Lhs)
 		w.expr(e.Rhs)
 	case *ast.UnaryMinusOpExpr:
+		w.core = false
 		w.expr(e.Expr)
 	case *ast.UnaryNotOpExpr:
 		w.expr(e.Expr)
 	case *ast.UnaryLenOpExpr:
+		if !isIdent(e.Expr, "KEYS") && !isIdent(e.Expr, "ARGV") {
+			w.core = false
+		}
 		w.expr(e.Expr)
 	case *ast.FunctionExpr:
 		var params []string

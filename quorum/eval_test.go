@@ -137,7 +137,8 @@ func TestClientScriptsWatch(t *testing.T) {
 		{"redislock094-refresh", []string{"k"}, []string{"tok", "60000"}, ttls},
 		{"redislock094-release", []string{"k"}, []string{"tok"}, alone},
 		{"redlock4-acquire", []string{"k", "l"}, []string{"tok", "60000"}, full},
-		{"redlock4-extend", []string{"k", "l"}, []string{"tok", "60000"}, full}, // SET … PX: watched
+		{"redlock4-extend", []string{"k", "l"}, []string{"tok", "60000"}, full}, // SET … PX over two keys: watched
+		{"redlock5-extend", []string{"k"}, []string{"tok", "60000"}, ttls},      // over one key: checked on the model
 		{"redlock4-release", []string{"k", "l"}, []string{"tok"}, alone},
 		{"redlock5-acquire", []string{"k"}, []string{"tok", "60000"}, full},
 		{"redlock5-release", []string{"k"}, []string{"tok"}, alone},
