@@ -67,6 +67,11 @@
 //     expiry either, no run can lengthen a TTL, which the quorum backend's
 //     restart quarantine would need to learn.
 //
+// The one thing the static half assumes is that gopher-lua's parser reads
+// the same program as Redis's Lua 5.1 (comments, long brackets, escapes):
+// TestStaticReadsWhatRedisRuns holds the two side by side on the sources
+// where lexers part ways.
+//
 // Everything else — SET in every form, SETNX, MSET, SELECT, TIME, a
 // command named at run time, redis passed as a value, a syntax the walker
 // does not know — leaves the script watched, with one exception:
