@@ -103,8 +103,8 @@ func Classify(ctx context.Context, r *Runner, s backend.Script, keys []string, a
 	for _, st := range probeStates(len(keys), args) {
 		ok, made := probe(ctx, r, s, keys, args, st)
 		clean, created = clean && ok, created || made
-		if !clean && !create {
-			break // the answer is Other now
+		if !clean {
+			break // Acquire or Other: watched either way
 		}
 	}
 	switch {
@@ -303,13 +303,18 @@ type classKey struct {
 
 const maxClasses = 4096
 
+// classifyBudget bounds one classification, all its probes together: a
+// script that runs long is Other (watched) without making its first
+// caller wait for every probe to time out.
+const classifyBudget = 100 * time.Millisecond
+
 // Of returns the class of this call: Classify(s, keys, args), from the
 // cache when a call of the same script with as many KEYS and ARGV was
 // classified before, and for a Guarded script the outcome of this call's
 // own check on the model (never Guarded itself). The probes
-// run under ctx without its cancellation (bounded by the Runner's time
-// limit), so that one client giving up cannot leave a script classified
-// Other for everyone.
+// run under ctx without its cancellation (bounded by classifyBudget), so
+// that one client giving up cannot leave a script classified Other for
+// everyone.
 func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args [][]byte) Class {
 	if s.Src == "" {
 		return Other
@@ -326,7 +331,9 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 	if v, ok := c.known.Load(k); ok {
 		return c.call(ctx, v.(Class), s, keys, args)
 	}
-	cl := Classify(context.WithoutCancel(ctx), c.Runner, s, keys, args)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), classifyBudget)
+	cl := Classify(cctx, c.Runner, s, keys, args)
+	cancel()
 	if c.n.Load() >= maxClasses {
 		c.known.Clear()
 		c.n.Store(0)

@@ -117,8 +117,7 @@
 // differently, but only in ways the static half already allows. A cached
 // Guarded is never an answer by itself: every call is checked. A script
 // is classified once per entry, at the cost of one parse and up to 64
-// short probe runs (each under the Runner's time limit; the first failure
-// ends them).
+// short probe runs (the first failure ends them; together they get 100ms).
 //
 // The memory backend's natives (catalog.go) stay matched by whole text:
 // running a script natively needs its replies to be byte-identical to
