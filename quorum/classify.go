@@ -30,6 +30,13 @@ const (
 // on the lock model), never by its text or SHA1. A script that may create
 // a key, or that the classifier cannot vouch for, is watched in full.
 // Every path that runs scripts on the nodes asks this one method.
+//
+// Its cost: a cache hit is ~160ns; the first call of a script with given
+// numbers of KEYS and ARGV classifies it (a parse and up to 64 probe runs
+// on the model: ~0.5ms for bsm/redislock's release with two keys, at most
+// 100ms for a script that runs long); each call of a Guarded script (node
+// redlock's extend) runs it once on the model (~8µs). On an event loop
+// that is work done in place, once per script, not per command.
 func (b *Backend) watchOf(ctx context.Context, s backend.Script, keys []string, args [][]byte, ro bool) scriptWatch {
 	if ro || len(keys) == 0 {
 		return watchNone
