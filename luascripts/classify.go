@@ -3,6 +3,7 @@ package luascripts
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -91,37 +92,44 @@ const maxProbeKeys = 8
 // calls ReadOnly, Release or Extend cannot create a key, whatever its
 // KEYS, ARGV and the keys' contents.
 func Classify(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte) Class {
+	c, _ := classify(ctx, r, s, keys, args)
+	return c
+}
+
+// classify is Classify; timedOut reports that a probe ran out of time (its
+// own limit, or ctx), which says nothing about the script: not cached.
+func classify(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte) (c Class, timedOut bool) {
 	cmds, known, core := analyse(s.Src)
 	create, expire := true, true
 	if known {
 		create, expire = cmds.reach()
 	}
 	if len(keys) == 0 || len(keys) > maxProbeKeys {
-		return Other
+		return Other, false
 	}
 	clean, created := true, false
 	for _, st := range probeStates(len(keys), args) {
-		ok, made := probe(ctx, r, s, keys, args, st)
-		clean, created = clean && ok, created || made
+		ok, made, late := probe(ctx, r, s, keys, args, st)
+		clean, created, timedOut = clean && ok, created || made, late
 		if !clean {
 			break // Acquire or Other: watched either way
 		}
 	}
 	switch {
 	case created:
-		return Acquire
+		return Acquire, false
 	case !clean:
-		return Other
+		return Other, timedOut
 	case create && known && core && len(keys) == 1:
-		return Guarded
+		return Guarded, false
 	case create:
-		return Other
+		return Other, false
 	case expire:
-		return Extend
+		return Extend, false
 	case cmds.deletes():
-		return Release
+		return Release, false
 	}
-	return ReadOnly
+	return ReadOnly, false
 }
 
 // deletes reports whether cmds has a command that deletes.
@@ -204,7 +212,7 @@ func probeStates(n int, args [][]byte) []probeState {
 // raised an error, sent a command outside the key commands (ping and echo
 // aside), named a key it was not given, or changed a key that did not
 // hold one of args; created reports a key absent before and live after.
-func probe(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte, st probeState) (ok, created bool) {
+func probe(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte, st probeState) (ok, created, timedOut bool) {
 	sp := &model.Space{}
 	for i, e := range st {
 		if e != nil {
@@ -214,6 +222,7 @@ func probe(ctx context.Context, r *Runner, s backend.Script, keys []string, args
 	rc := &probeCaller{keys: keys, inner: keycmd.ScriptCaller{KS: &model.View{Now: probeNow, Spaces: []*model.Space{sp}}}}
 	_, err := r.Run(ctx, s, keys, args, rc)
 	ok = err == nil && rc.ok()
+	timedOut = errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 	for i, k := range keys {
 		after, live := sp.Get(0, k, probeNow)
 		before := st[i]
@@ -228,7 +237,7 @@ func probe(ctx context.Context, r *Runner, s backend.Script, keys []string, args
 			}
 		}
 	}
-	return ok, created
+	return ok, created, timedOut
 }
 
 func isArg(v []byte, args [][]byte) bool {
@@ -288,7 +297,7 @@ func (c *probeCaller) given(k []byte) bool {
 // ever make a class more cautious.
 type Classes struct {
 	// Runner runs the probes. nil: one of the Classes' own, made on first
-	// use, with a probe time limit of 50ms.
+	// use, with a probe time limit of 250ms.
 	Runner *Runner
 
 	once  sync.Once
@@ -303,10 +312,11 @@ type classKey struct {
 
 const maxClasses = 4096
 
-// classifyBudget bounds one classification, all its probes together: a
-// script that runs long is Other (watched) without making its first
-// caller wait for every probe to time out.
-const classifyBudget = 100 * time.Millisecond
+// classifyBudget bounds one classification, all its probes together. A
+// classification cut short by it, or by a probe's time limit, is not
+// cached (a loaded machine says nothing about the script): that call is
+// watched and the next classifies again.
+const classifyBudget = time.Second
 
 // Of returns the class of this call: Classify(s, keys, args), from the
 // cache when a call of the same script with as many KEYS and ARGV was
@@ -325,15 +335,18 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 	k := classKey{s.SHA1, len(keys), len(args)}
 	c.once.Do(func() {
 		if c.Runner == nil {
-			c.Runner = New(Config{TimeLimit: 50 * time.Millisecond})
+			c.Runner = New(Config{TimeLimit: 250 * time.Millisecond})
 		}
 	})
 	if v, ok := c.known.Load(k); ok {
 		return c.call(ctx, v.(Class), s, keys, args)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), classifyBudget)
-	cl := Classify(cctx, c.Runner, s, keys, args)
+	cl, timedOut := classify(cctx, c.Runner, s, keys, args)
 	cancel()
+	if timedOut {
+		return Other // this call is watched; the next one classifies again
+	}
 	if c.n.Load() >= maxClasses {
 		c.known.Clear()
 		c.n.Store(0)
@@ -353,7 +366,7 @@ func (c *Classes) call(ctx context.Context, cl Class, s backend.Script, keys []s
 		return cl
 	}
 	if len(keys) == 1 {
-		if ok, created := probe(ctx, c.Runner, s, keys, args, probeState{nil}); ok && !created {
+		if ok, created, _ := probe(ctx, c.Runner, s, keys, args, probeState{nil}); ok && !created {
 			return Extend
 		}
 	}

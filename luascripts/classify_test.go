@@ -281,3 +281,16 @@ func TestStaticReadsWhatRedisRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestClassesTimeoutNotCached: a classification cut short by time says
+// nothing about the script: that call is watched, and nothing is cached.
+func TestClassesTimeoutNotCached(t *testing.T) {
+	c := Classes{Runner: New(Config{TimeLimit: time.Millisecond})}
+	src := `local n = 0 while n >= 0 do n = n + 1 end return redis.call('del', KEYS[1])`
+	if got := c.Of(t.Context(), backend.Script{Src: src}, []string{"a"}, nil); got.CreatesNothing() {
+		t.Errorf("a script that ran out of time: %s; must be watched", got)
+	}
+	if n := c.n.Load(); n != 0 {
+		t.Errorf("%d cache entries after a timed-out classification; want 0", n)
+	}
+}

@@ -117,7 +117,8 @@
 // differently, but only in ways the static half already allows. A cached
 // Guarded is never an answer by itself: every call is checked. A script
 // is classified once per entry, at the cost of one parse and up to 64
-// short probe runs (the first failure ends them; together they get 100ms).
+// short probe runs (the first failure ends them; each gets 250ms, all
+// together 1s, and one cut short by time is not cached).
 //
 // The memory backend's natives (catalog.go) stay matched by whole text:
 // running a script natively needs its replies to be byte-identical to

@@ -97,7 +97,7 @@ func FuzzClassify(f *testing.F) {
 		for i := range st {
 			st[i] = entries[int(state1>>(2*i))%len(entries)]
 		}
-		if _, created := probe(t.Context(), r, backend.Script{Src: src}, keys, args, st); created {
+		if _, created, _ := probe(t.Context(), r, backend.Script{Src: src}, keys, args, st); created {
 			t.Errorf("%q with ARGV %q created a key in state %v, but its call was classified as creating nothing", src, args, st)
 		}
 	})

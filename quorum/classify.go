@@ -33,10 +33,12 @@ const (
 //
 // Its cost: a cache hit is ~160ns; the first call of a script with given
 // numbers of KEYS and ARGV classifies it (a parse and up to 64 probe runs
-// on the model: ~0.5ms for bsm/redislock's release with two keys, at most
-// 100ms for a script that runs long); each call of a Guarded script (node
-// redlock's extend) runs it once on the model (~8µs). On an event loop
-// that is work done in place, once per script, not per command.
+// on the model: ~0.5ms for bsm/redislock's release with two keys; a
+// script that runs long stops at its first probe's 250ms limit, and all
+// probes together get 1s); each call of a Guarded script (node redlock's
+// extend) runs it once on the model (~8µs; a Guarded script that loops
+// costs that call up to 250ms). On an event loop that is work done in
+// place, once per script, not per command.
 func (b *Backend) watchOf(ctx context.Context, s backend.Script, keys []string, args [][]byte, ro bool) scriptWatch {
 	if ro || len(keys) == 0 {
 		return watchNone
