@@ -277,9 +277,10 @@ func TestLongScriptError(t *testing.T) {
 
 // TestScriptExtendQuarantine: an extend by script goes unwatched (no reads
 // of its keys before and after), but the TTL it leaves still bounds the
-// restart quarantine: a lock taken for 30ms and extended to a minute by
-// redsync's touch script keeps a restarted node out of votes for longer
-// than the 30ms.
+// restart quarantine. The lock is taken on the nodes directly, so that
+// the proxy has granted no TTL at all; after redsync's touch script
+// extends it to two minutes through the proxy, a restarted node is kept
+// out of votes (for that long: still after 300ms).
 func TestScriptExtendQuarantine(t *testing.T) {
 	src, err := os.ReadFile("../tests/testdata/scripts/redsync-touch.lua")
 	if err != nil {
@@ -288,17 +289,22 @@ func TestScriptExtendQuarantine(t *testing.T) {
 	nodes := startNodes(t, 3)
 	b := newMonitored(t, addrsOf(nodes))
 	ctx := t.Context()
-	if res, err := b.Set(ctx, 0, "x", []byte("tok"), acq(30*time.Millisecond)); err != nil || !res.Written {
-		t.Fatalf("acquire: %v, %v", res, err)
+	for _, n := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr})
+		err := c.Set(ctx, "x", "tok", time.Minute).Err()
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	v, err := b.Eval(ctx, 0, script(string(src)), []string{"x"}, bytesOf([]string{"tok", "60000"}), false)
+	v, err := b.Eval(ctx, 0, script(string(src)), []string{"x"}, bytesOf([]string{"tok", "120000"}), false)
 	if err != nil || v.Int != 1 {
 		t.Fatalf("extend = %v, %v; want :1", v, err)
 	}
 	nodes[0].Restart()
 	waitQuarantined(t, b, nodes[0].Addr)
-	time.Sleep(300 * time.Millisecond) // ten times the acquire's TTL: not a synchronisation
+	time.Sleep(300 * time.Millisecond) // not a synchronisation: the quarantine must outlast it
 	if q := b.Quarantined(); len(q) != 1 {
-		t.Errorf("quarantine ended after the acquire's 30ms TTL; the extend's minute was not noted (quarantined: %v)", q)
+		t.Errorf("quarantine ended within 300ms; the extend's two minutes were not noted (quarantined: %v)", q)
 	}
 }
