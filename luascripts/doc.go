@@ -94,8 +94,9 @@
 // computes the same on both, so they send the same commands in the same
 // order; an error ends a run on both sides (nothing can catch it), and a
 // command the node refuses where the model did not only cuts the node's
-// run shorter. So the node's run creates at most what the model's did:
-// nothing. The argument rests on the model's conformance and on gopher-lua
+// run shorter. (The model's clock stands at a fixed past instant, so an
+// absolute expiry the model finds past, the node finds past too.) So the
+// node's run creates at most what the model's did: nothing. The argument rests on the model's conformance and on gopher-lua
 // agreeing with Lua 5.1 on that small subset, where the static half rests
 // on neither; a call with more keys, or any doubt, is watched.
 //
@@ -108,7 +109,9 @@
 // did not hold one of its ARGV (an EXPIRE or DEL of someone else's lock)
 // makes the script Other; a probe that creates a key labels it Acquire.
 // The probes cannot prove anything about states or ARGV they did not try,
-// which is why they never decide that a script is safe to leave unwatched.
+// which is why they never decide alone that a script is safe to leave
+// unwatched (a Guarded call's own run, argued above, is about the one
+// state that matters, with that call's ARGV).
 //
 // Caching (Classes) is by SHA1 and the numbers of KEYS and ARGV, bounded
 // at 4096 entries (then it starts over). The static half depends on the

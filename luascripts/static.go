@@ -12,16 +12,17 @@ import (
 // the script, whatever its KEYS, ARGV and the keys' contents, and whatever
 // Lua computes — which the probes on the model cannot.
 //
-// A script reaches Redis only through the global table redis: the sandbox
-// has no other way out (no _G walk without naming _G, no getfenv, no
-// loaders, no debug library; the globals are read-only). So when every
-// mention of the name redis is redis.call(…) or redis.pcall(…) with a
-// string literal as the command name, or redis.<anything but call and
-// pcall>, and _G is never named, the literals are every command the
-// script can send. Anything else — redis passed around as a value,
-// redis[expr], redis:call(…), a command name computed at run time or
-// spread from a table (unpack), any mention of _G — makes the answer
-// "unknown", and the script is watched.
+// The script runs on the nodes, in Redis's Lua, whose sandbox is wider
+// than lockproxy's (Redis 7.0 still has loadstring, which runs any text).
+// So the walker does not rely on what is missing: a script may name only
+// globals known to lead neither to the redis table nor to a compiler
+// (globals, below), and may mention redis only as redis.call(…) or
+// redis.pcall(…) with a string literal as the command name, or as
+// redis.<a field other than call and pcall>. Then the literals are every
+// command the script can send. Anything else — redis passed around as a
+// value, redis[expr], redis:call(…), a command name computed at run time
+// or spread from a table (unpack), _G, loadstring, any global outside the
+// list — makes the answer "unknown", and the script is watched.
 
 // commandSet is the set of commands a script can send (lower case).
 type commandSet map[string]bool
