@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
@@ -301,8 +300,8 @@ type Classes struct {
 	Runner *Runner
 
 	once  sync.Once
-	known sync.Map     // classKey → Class
-	n     atomic.Int64 // entries in known
+	mu    sync.RWMutex
+	known map[classKey]Class
 }
 
 type classKey struct {
@@ -333,28 +332,36 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 		s.SHA1 = SHA1(s.Src)
 	}
 	k := classKey{s.SHA1, len(keys), len(args)}
+	c.mu.RLock()
+	cl, ok := c.known[k]
+	c.mu.RUnlock()
+	if ok {
+		return c.call(ctx, cl, s, keys, args)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), classifyBudget)
+	cl, timedOut := classify(cctx, c.runner(), s, keys, args)
+	cancel()
+	if timedOut {
+		return Other // this call is watched; the next one classifies again
+	}
+	c.mu.Lock()
+	if c.known == nil || len(c.known) >= maxClasses {
+		c.known = make(map[classKey]Class)
+	}
+	c.known[k] = cl
+	c.mu.Unlock()
+	return c.call(ctx, cl, s, keys, args)
+}
+
+// runner returns c.Runner, made on first use when nil. (Not on a cache
+// hit's path: sync.Once.Do with a closure costs an allocation.)
+func (c *Classes) runner() *Runner {
 	c.once.Do(func() {
 		if c.Runner == nil {
 			c.Runner = New(Config{TimeLimit: 250 * time.Millisecond})
 		}
 	})
-	if v, ok := c.known.Load(k); ok {
-		return c.call(ctx, v.(Class), s, keys, args)
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), classifyBudget)
-	cl, timedOut := classify(cctx, c.Runner, s, keys, args)
-	cancel()
-	if timedOut {
-		return Other // this call is watched; the next one classifies again
-	}
-	if c.n.Load() >= maxClasses {
-		c.known.Clear()
-		c.n.Store(0)
-	}
-	if _, loaded := c.known.LoadOrStore(k, cl); !loaded {
-		c.n.Add(1)
-	}
-	return c.call(ctx, cl, s, keys, args)
+	return c.Runner
 }
 
 // call is the class of one call of a script of class cl: a Guarded
@@ -366,7 +373,7 @@ func (c *Classes) call(ctx context.Context, cl Class, s backend.Script, keys []s
 		return cl
 	}
 	if len(keys) == 1 {
-		if ok, created, _ := probe(ctx, c.Runner, s, keys, args, probeState{nil}); ok && !created {
+		if ok, created, _ := probe(ctx, c.runner(), s, keys, args, probeState{nil}); ok && !created {
 			return Extend
 		}
 	}

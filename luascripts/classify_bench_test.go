@@ -24,9 +24,9 @@ func BenchmarkClassesHit(b *testing.B) {
 	src, _ := os.ReadFile("../tests/testdata/scripts/redislock-release.lua")
 	var c Classes
 	s := backend.Script{Src: string(src), SHA1: SHA1(string(src))}
-	args := [][]byte{[]byte("tok")}
+	args, keys := [][]byte{[]byte("tok")}, []string{"a"}
 	for b.Loop() {
-		c.Of(b.Context(), s, []string{"a"}, args)
+		c.Of(b.Context(), s, keys, args)
 	}
 }
 
@@ -34,8 +34,8 @@ func BenchmarkClassesGuarded(b *testing.B) {
 	src, _ := os.ReadFile("../tests/testdata/scripts/redlock5-extend.lua")
 	var c Classes
 	s := backend.Script{Src: string(src), SHA1: SHA1(string(src))}
-	args := [][]byte{[]byte("tok"), []byte("5000")}
+	args, keys := [][]byte{[]byte("tok"), []byte("5000")}, []string{"a"}
 	for b.Loop() {
-		c.Of(b.Context(), s, []string{"a"}, args)
+		c.Of(b.Context(), s, keys, args)
 	}
 }

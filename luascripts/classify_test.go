@@ -221,7 +221,7 @@ func TestClassesCacheByCounts(t *testing.T) {
 			t.Errorf("release: %s", got)
 		}
 	}
-	if n := c.n.Load(); n != 3 {
+	if n := len(c.known); n != 3 {
 		t.Errorf("%d cache entries; want 3", n)
 	}
 }
@@ -290,7 +290,7 @@ func TestClassesTimeoutNotCached(t *testing.T) {
 	if got := c.Of(t.Context(), backend.Script{Src: src}, []string{"a"}, nil); got.CreatesNothing() {
 		t.Errorf("a script that ran out of time: %s; must be watched", got)
 	}
-	if n := c.n.Load(); n != 0 {
+	if n := len(c.known); n != 0 {
 		t.Errorf("%d cache entries after a timed-out classification; want 0", n)
 	}
 }
