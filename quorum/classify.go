@@ -31,14 +31,14 @@ const (
 // a key, or that the classifier cannot vouch for, is watched in full.
 // Every path that runs scripts on the nodes asks this one method.
 //
-// Its cost: a cache hit is ~100ns, no allocation; the first call of a script with given
-// numbers of KEYS and ARGV classifies it (a parse and up to 64 probe runs
-// on the model: ~0.5ms for bsm/redislock's release with two keys; a
-// script that runs long stops at its first probe's 250ms limit, and all
-// probes together get 1s); each call of a Guarded script (node redlock's
-// extend) runs it once on the model (~8µs; a Guarded script that loops
-// costs that call up to 250ms). On an event loop that is work done in
-// place, once per script, not per command.
+// Its cost: a cache hit is ~100ns, no allocation; the first call of a
+// script with given numbers of KEYS and ARGV classifies it (a parse and
+// up to 64 probe runs on the model: ~0.5ms for bsm/redislock's release
+// with two keys; a script that runs long stops at its first probe's
+// 250ms limit, and all probes together get 1s); each call of a Guarded
+// script (node redlock's extend) runs it once on the model (~8µs; one
+// that loops costs that call up to 250ms). On an event loop that is work
+// done in place, once per script, not per command.
 func (b *Backend) watchOf(ctx context.Context, s backend.Script, keys []string, args [][]byte, ro bool) scriptWatch {
 	if ro || len(keys) == 0 {
 		return watchNone
