@@ -48,8 +48,11 @@ func lookupNative(src string) native { return catalog[normalize(src)] }
 
 // IsRelease reports whether src is one of the catalogued release scripts
 // (recognised by its whole text, whitespace aside): it reads its key and
-// may delete it, and never creates a key. The quorum backend needs no
-// before-and-after reads of its keys then.
+// may delete it, and never creates a key, answering 1 (or DEL's count)
+// when it deleted it and 0 otherwise. pgbridge and migrate run such a
+// release as one statement, which needs those exact replies; a backend
+// that needs only to know whether a script can create a key asks
+// Classify (classify.go), which knows any script by what it does.
 func IsRelease(src string) bool { return lookupNative(src) != nil }
 
 // Releases remembers IsRelease by SHA1 (which the proxy computes from the

@@ -2,11 +2,14 @@ package luascripts
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/backend/model"
 )
 
 // FuzzLuaToRESP runs arbitrary return expressions: whatever a script
@@ -60,4 +63,42 @@ func checkValue(t *testing.T, src string, v backend.Value) {
 		checkValue(t, src, e)
 	}
 	_ = v.String()
+}
+
+// FuzzClassify: a script whose call Classes.Of finds creating nothing
+// creates no key in any state the fuzzer builds on the model, with ARGV
+// other than those it was classified with. The seeds are every client
+// library's script (tests/testdata/scripts) and the adversarial ones.
+func FuzzClassify(f *testing.F) {
+	files, _ := filepath.Glob("../tests/testdata/scripts/*.lua")
+	for _, file := range files {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(src), "tok", "5000", uint8(0), uint8(1))
+	}
+	f.Add(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end if ARGV[2] == 'x' then redis.call('set', KEYS[1], ARGV[1]) end return 0`, "tok", "x", uint8(0), uint8(2))
+	f.Add(`for _, a in ipairs(ARGV) do if a == 'x' then redis.call('set', KEYS[1], a) end end return 0`, "tok", "x", uint8(1), uint8(0))
+	r := New(Config{TimeLimit: 50 * time.Millisecond})
+	f.Fuzz(func(t *testing.T, src, a1, a2 string, state1, state2 uint8) {
+		if Compile(src) != nil {
+			return
+		}
+		c := Classes{Runner: r}
+		keys := []string{"k1", "k2"}[:1+int(state2)%2]
+		c.Of(t.Context(), backend.Script{Src: src}, keys, [][]byte{[]byte("tok"), []byte("5000")})
+		args := [][]byte{[]byte(a1), []byte(a2)}
+		if !c.Of(t.Context(), backend.Script{Src: src}, keys, args).CreatesNothing() {
+			return
+		}
+		entries := []*model.Entry{nil, {Token: args[0]}, {Token: args[1], Deadline: probeNow + 5}, {Token: []byte("x")}}
+		st := make(probeState, len(keys))
+		for i := range st {
+			st[i] = entries[int(state1>>(2*i))%len(entries)]
+		}
+		if _, created, _ := probe(t.Context(), r, backend.Script{Src: src}, keys, args, st); created {
+			t.Errorf("%q with ARGV %q created a key in state %v, but its call was classified as creating nothing", src, args, st)
+		}
+	})
 }

@@ -37,8 +37,8 @@
 // Two paths to the nodes, one set of rules. On the event-loop front end
 // (backend.Looper, loop.go) each loop has its own connection to each
 // node, and an acquire (SET key token NX PX|EX) or a script that is not
-// watched (a catalogued release, a read-only script, a script without
-// keys: Backend.watched) starts on the loop that owns the client: its
+// sent alone (a release or a read, by what it does, a read-only script, a
+// script without keys: watchCached, once classified) starts on the loop that owns the client: its
 // commands are appended to that loop's node buffers, each buffer is
 // written once per pass of the loop, the replies are decoded on the loop
 // and the vote completes there, with no goroutine hand-off. Everything

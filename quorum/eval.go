@@ -22,32 +22,32 @@ import (
 // on those nodes with an owner-checked delete: a failed acquire leaves
 // nothing behind, as an undone SET NX does.
 //
-// A catalogued release script (luascripts.IsRelease: known by its whole
-// text to create nothing) is not watched: a release is one command per
-// node, not three.
+// A script that can create nothing (watchOf, classify.go) is not watched:
+// a release is one command per node, an extend the script and a PTTL per
+// key (for the restart quarantine).
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
-	watch := b.watched(s, keys, ro)
-	build, again, at := evalPlan(s, keys, args, ro, watch)
+	w := b.watchOf(ctx, s, keys, args, ro)
+	build, again, at := evalPlan(s, keys, args, ro, w)
 	defer b.lockKeys(keys...)()
 	start := time.Now()
 	replies := b.fanout(ctx, db, same(build(false)), again)
-	v, err, created, count, undoAll := b.evalOutcome(keys, args, watch, at, replies, time.Since(start))
+	v, err, created, count, undoAll := b.evalOutcome(keys, args, w, at, replies, time.Since(start))
 	b.undoCreated(ctx, db, created, count, undoAll)
 	return v, err
 }
 
-// watched is the one decision whether a script runs watched (its keys
-// read before and after it, see Eval) or as one command per node.
-func (b *Backend) watched(s backend.Script, keys []string, ro bool) bool {
-	return !ro && len(keys) > 0 && !b.releases.Is(s)
-}
-
-// evalPlan is how a script is sent: build makes each node's request
-// (EVALSHA, or EVAL with eval set), again answers a node that did not
-// know the script, and at is where the script's own reply is among a
+// evalPlan is how a script is sent under w: build makes each node's
+// request (EVALSHA, or EVAL with eval set), again answers a node that did
+// not know the script, and at is where the script's own reply is among a
 // node's replies.
-func evalPlan(s backend.Script, keys []string, args [][]byte, ro, watch bool) (build func(eval bool) *req, again func(int, nodeReply) *req, at int) {
-	build = func(eval bool) *req { return evalRequest(s, keys, args, ro, watch, eval) }
+func evalPlan(s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch) (build func(eval bool) *req, again func(int, nodeReply) *req, at int) {
+	watch := w == watchKeys
+	build = func(eval bool) *req {
+		if w == watchTTLs {
+			return appendTTLs(evalRequest(s, keys, args, ro, false, eval), keys)
+		}
+		return evalRequest(s, keys, args, ro, watch, eval)
+	}
 	if watch {
 		at = 1
 	}
@@ -64,7 +64,8 @@ func evalPlan(s backend.Script, keys []string, args [][]byte, ro, watch bool) (b
 // took elapsed, and says which keys it created are to be removed again
 // (created, count and undoAll, for undoCreated). The stream and the loop
 // paths both decide here.
-func (b *Backend) evalOutcome(keys []string, args [][]byte, watch bool, at int, replies []nodeReply, elapsed time.Duration) (_ backend.Value, _ error, created []map[string]string, count map[string]int, undoAll bool) {
+func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, at int, replies []nodeReply, elapsed time.Duration) (_ backend.Value, _ error, created []map[string]string, count map[string]int, undoAll bool) {
+	watch := w == watchKeys
 	vals := make([]backend.Value, len(replies))
 	ok := make([]bool, len(replies))
 	var ttls [][]backend.Value
@@ -93,6 +94,9 @@ func (b *Backend) evalOutcome(keys []string, args [][]byte, watch bool, at int, 
 		count = createdCount(created)
 	}
 	longest, shortest := scriptTTLs(keys, created, count, ttls, b.q)
+	if w == watchTTLs {
+		longest = longestTTL(replies, keys)
+	}
 	b.noteTTL(longest)
 	// An acquire by script gets Redlock's validity check as SET NX does:
 	// the keys it created on a majority must outlive the time the vote

@@ -1,15 +1,18 @@
 package quorum_test
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"net"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
@@ -61,46 +64,162 @@ func TestFailedScriptAcquireIsUndone(t *testing.T) {
 	}
 }
 
-// TestReleaseIsNotWatched: a catalogued release script (recognised by its
-// whole text) reaches each node as the script alone, without the reads of
-// its keys before and after that other scripts get; the release works, and
-// a script that merely looks like one (another text) is still watched.
-func TestReleaseIsNotWatched(t *testing.T) {
+// monitor watches what one node runs (MONITOR): stop returns how many
+// times each command reached it from a client, not from inside a script,
+// up to now.
+func monitor(t *testing.T, node *testsrv.Redis) (stop func() map[string]int64) {
+	t.Helper()
+	conn, err := net.Dial("tcp", node.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	r := bufio.NewReader(conn)
+	conn.Write([]byte("MONITOR\r\n"))
+	if line, err := r.ReadString('\n'); err != nil || line != "+OK\r\n" {
+		t.Fatalf("MONITOR: %q, %v", line, err)
+	}
+	marker := fmt.Sprintf("end-of-test-%d", time.Now().UnixNano())
+	return func() map[string]int64 {
+		c := redis.NewClient(&redis.Options{Addr: node.Addr})
+		c.Echo(t.Context(), marker)
+		c.Close()
+		out := map[string]int64{}
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("MONITOR: %v", err)
+			}
+			if strings.Contains(line, marker) {
+				conn.Close()
+				return out
+			}
+			// +1700000000.123456 [0 127.0.0.1:1234] "evalsha" "…" …; [0 lua] inside a script
+			_, rest, ok := strings.Cut(line, "] \"")
+			if !ok || strings.Contains(line, " lua] ") {
+				continue
+			}
+			name, _, _ := strings.Cut(rest, "\"")
+			out[strings.ToLower(name)]++
+		}
+	}
+}
+
+// TestClientScriptsWatch runs every lock client's real scripts
+// (tests/testdata/scripts) through the quorum and counts, with INFO
+// commandstats, what each node ran: a release is the script alone (one
+// command per node), an extend the script and a PTTL per key, and an
+// acquire keeps its reads before and after. Nothing knows these texts:
+// a reworded release no library sends takes the one-command path too.
+func TestClientScriptsWatch(t *testing.T) {
+	const (
+		alone = iota // EVALSHA only
+		ttls         // EVALSHA + PTTL per key
+		full         // MGET, EVALSHA, MGET, PTTL per key
+	)
+	cases := []struct {
+		file string
+		keys []string
+		args []string
+		want int
+	}{
+		{"redis-py-release", []string{"k"}, []string{"tok"}, alone},
+		{"redis-py-extend", []string{"k"}, []string{"tok", "60000", "0"}, ttls},
+		{"redis-py-reacquire", []string{"k"}, []string{"tok", "60000"}, ttls},
+		{"redis-semaphore-mutex-release", []string{"k"}, []string{"tok"}, alone},
+		{"redis-semaphore-mutex-refresh", []string{"k"}, []string{"tok", "60000"}, ttls},
+		{"redislock-obtain", []string{"k", "l"}, []string{"tok", "3", "60000"}, full},
+		{"redislock-refresh", []string{"k", "l"}, []string{"tok", "60000"}, ttls},
+		{"redislock-pttl", []string{"k", "l"}, []string{"tok"}, alone},
+		{"redislock-release", []string{"k", "l"}, []string{"tok"}, alone},
+		{"redislock094-obtain", []string{"k"}, []string{"tok", "3", "60000"}, full},
+		{"redislock094-refresh", []string{"k"}, []string{"tok", "60000"}, ttls},
+		{"redislock094-release", []string{"k"}, []string{"tok"}, alone},
+		{"redlock4-acquire", []string{"k", "l"}, []string{"tok", "60000"}, full},
+		{"redlock4-extend", []string{"k", "l"}, []string{"tok", "60000"}, full}, // SET … PX over two keys: watched
+		{"redlock5-extend", []string{"k"}, []string{"tok", "60000"}, ttls},      // over one key: checked on the model
+		{"redlock4-release", []string{"k", "l"}, []string{"tok"}, alone},
+		{"redlock5-acquire", []string{"k"}, []string{"tok", "60000"}, full},
+		{"redlock5-release", []string{"k"}, []string{"tok"}, alone},
+		{"redsync-touch-setnx", []string{"k"}, []string{"tok", "60000"}, full},
+		{"redsync-touch", []string{"k"}, []string{"tok", "60000"}, ttls},
+		{"redsync-release", []string{"k"}, []string{"tok"}, alone},
+		{"", []string{"k"}, []string{"tok"}, alone}, // a release no library sends
+	}
 	nodes := startNodes(t, 3)
 	b := newBackend(t, addrsOf(nodes))
 	ctx := t.Context()
-	mgets := func() (n int64) {
-		for _, node := range nodes {
-			c := redis.NewClient(&redis.Options{Addr: node.Addr})
-			info, _ := c.Info(ctx, "commandstats").Result()
-			c.Close()
-			_, rest, ok := strings.Cut(info, "cmdstat_mget:calls=")
-			if ok {
-				v, _, _ := strings.Cut(rest, ",")
-				k, _ := strconv.ParseInt(v, 10, 64)
-				n += k
+	for _, c := range cases {
+		src := `local v = redis.call('GET', KEYS[1]) if v and v == ARGV[1] then redis.call('UNLINK', KEYS[1]) return 'gone' end return nil`
+		if c.file != "" {
+			b, err := os.ReadFile("../tests/testdata/scripts/" + c.file + ".lua")
+			if err != nil {
+				t.Fatal(err)
+			}
+			src = string(b)
+		}
+		s := script(src)
+		// The lock is held: acquire it through the proxy first.
+		for _, k := range c.keys {
+			if res, err := b.Set(ctx, 0, k, []byte("tok"), acq(time.Minute)); err != nil {
+				t.Fatalf("%s: acquire %s: %v, %v", c.file, k, res, err)
 			}
 		}
-		return n
+		if strings.Contains(c.file, "obtain") || strings.Contains(c.file, "acquire") || strings.Contains(c.file, "setnx") {
+			for _, k := range c.keys { // acquires run on free keys
+				if _, err := b.Del(ctx, 0, []string{k}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		// Load the script on the nodes, so the counted call is EVALSHA.
+		for _, n := range nodes {
+			rc := redis.NewClient(&redis.Options{Addr: n.Addr})
+			rc.ScriptLoad(ctx, src)
+			rc.Close()
+		}
+		stops := make([]func() map[string]int64, len(nodes))
+		for i, n := range nodes {
+			stops[i] = monitor(t, n)
+		}
+		if _, err := b.Eval(ctx, 0, s, c.keys, bytesOf(c.args), false); err != nil {
+			t.Fatalf("%s: %v", c.file, err)
+		}
+		want := map[string]int64{"evalsha": 1}
+		switch c.want {
+		case ttls:
+			want["pttl"] = int64(len(c.keys))
+		case full:
+			want["mget"], want["pttl"] = 2, int64(len(c.keys))
+		}
+		for i := range nodes {
+			got := stops[i]()
+			delete(got, "hello") // the marker's client connecting
+			delete(got, "client")
+			for cmd, n := range got {
+				if n != want[cmd] {
+					t.Errorf("%s: node %d ran %s %d times; want %d (all: %v)", c.file, i, cmd, n, want[cmd], got)
+				}
+			}
+			for cmd, n := range want {
+				if got[cmd] != n {
+					t.Errorf("%s: node %d ran %s %d times; want %d", c.file, i, cmd, got[cmd], n)
+				}
+			}
+		}
+		if _, err := b.Del(ctx, 0, c.keys); err != nil {
+			t.Fatal(err)
+		}
 	}
-	acquire := acq(time.Minute)
-	if res, err := b.Set(ctx, 0, "rel", []byte("tok"), acquire); err != nil || !res.Written {
-		t.Fatalf("acquire: %v, %v", res, err)
+}
+
+func bytesOf(ss []string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
 	}
-	release := script(`if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`)
-	if v, err := b.Eval(ctx, 0, release, []string{"rel"}, [][]byte{[]byte("tok")}, false); err != nil || v.Int != 1 {
-		t.Fatalf("release = %v, %v; want :1", v, err)
-	}
-	if n := mgets(); n != 0 {
-		t.Errorf("the nodes ran %d MGETs for a catalogued release; want none", n)
-	}
-	lookalike := script(`if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end -- mine`)
-	if v, err := b.Eval(ctx, 0, lookalike, []string{"rel"}, [][]byte{[]byte("tok")}, false); err != nil || v.Int != 0 {
-		t.Fatalf("second release = %v, %v; want :0", v, err)
-	}
-	if n := mgets(); n < 6 { // 12: the nodes did not know the script (NOSCRIPT, then EVAL, each watched)
-		t.Errorf("the nodes ran %d MGETs for an uncatalogued script; want at least 6 (before and after, on 3 nodes)", n)
-	}
+	return out
 }
 
 // TestScriptAcquireValidity: an acquire by script gets Redlock's validity
@@ -153,5 +272,39 @@ func TestLongScriptError(t *testing.T) {
 	}
 	if res, err := b.Set(ctx, 0, "after", []byte("tok"), acq(time.Minute)); err != nil || !res.Written {
 		t.Fatalf("acquire after the long reply = %v, %v; want OK (the node connections must not have broken)", res, err)
+	}
+}
+
+// TestScriptExtendQuarantine: an extend by script goes unwatched (no reads
+// of its keys before and after), but the TTL it leaves still bounds the
+// restart quarantine. The lock is taken on the nodes directly, so that
+// the proxy has granted no TTL at all; after redsync's touch script
+// extends it to two minutes through the proxy, a restarted node is kept
+// out of votes (for that long: still after 300ms).
+func TestScriptExtendQuarantine(t *testing.T) {
+	src, err := os.ReadFile("../tests/testdata/scripts/redsync-touch.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := startNodes(t, 3)
+	b := newMonitored(t, addrsOf(nodes))
+	ctx := t.Context()
+	for _, n := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr})
+		err := c.Set(ctx, "x", "tok", time.Minute).Err()
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := b.Eval(ctx, 0, script(string(src)), []string{"x"}, bytesOf([]string{"tok", "120000"}), false)
+	if err != nil || v.Int != 1 {
+		t.Fatalf("extend = %v, %v; want :1", v, err)
+	}
+	nodes[0].Restart()
+	waitQuarantined(t, b, nodes[0].Addr)
+	time.Sleep(300 * time.Millisecond) // not a synchronisation: the quarantine must outlast it
+	if q := b.Quarantined(); len(q) != 1 {
+		t.Errorf("quarantine ended within 300ms; the extend's two minutes were not noted (quarantined: %v)", q)
 	}
 }

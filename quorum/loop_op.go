@@ -152,19 +152,20 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 	return true
 }
 
-// StartEval implements backend.LoopBackend for the scripts that are not
-// watched (Backend.watched: catalogued releases, read-only scripts,
-// scripts without keys): one command per node, decided by the same rules
-// as Eval (evalOutcome). A watched script is declined.
+// StartEval implements backend.LoopBackend for the scripts sent alone
+// (watchCached: releases and reads by what they do, read-only scripts,
+// scripts without keys; a script's first call, which classifies it, and
+// an extend, which carries PTTL reads, take the stream path): one command
+// per node, decided by the same rules as Eval (evalOutcome).
 func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(backend.Value, error)) bool {
-	if ql.b.watched(s, keys, ro) || !ql.usable(db) {
+	if w, ok := ql.b.watchCached(s, keys, args, ro); !ok || w != watchNone || !ql.usable(db) {
 		return false
 	}
-	build, again, at := evalPlan(s, keys, args, ro, false)
+	build, again, at := evalPlan(s, keys, args, ro, watchNone)
 	ql.run(db, same(build(false)), again, deadline, func(replies []nodeReply, elapsed time.Duration) {
 		// Unwatched, nothing is recorded as created: there is nothing to
 		// undo (undoCreated would send nothing).
-		v, err, _, _, _ := ql.b.evalOutcome(keys, args, false, at, replies, elapsed)
+		v, err, _, _, _ := ql.b.evalOutcome(keys, args, watchNone, at, replies, elapsed)
 		done(v, err)
 	})
 	return true

@@ -72,10 +72,10 @@ type Backend struct {
 	replies *prometheus.HistogramVec // per node: see metrics.go
 	maxTTL  atomic.Int64             // the longest TTL granted, as a Duration
 
-	releases luascripts.Releases // the catalogued release scripts seen (eval.go)
-	lp       loops               // the event loops' node connections (loop.go)
-	stop     chan struct{}
-	done     chan struct{}
+	classes luascripts.Classes // what each script does (classify.go)
+	lp      loops              // the event loops' node connections (loop.go)
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // lockKeys serialises this proxy's operations on the same keys, so that

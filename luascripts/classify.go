@@ -1,0 +1,398 @@
+package luascripts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/backend/model"
+	// keycmd's ScriptCaller runs a probe's redis.call on the model with
+	// the command table every backend uses. Layout decision: keycmd and
+	// model are leaves above proxy/backend (they import nothing else of
+	// lockproxy), so luascripts may use them without a cycle.
+	"github.com/lockproxy/lockproxy/proxy/keycmd"
+)
+
+// Class is what a script does to its keys, as Classify found it. The zero
+// Class is Other: whoever cannot tell treats a script as one that may do
+// anything.
+type Class uint8
+
+const (
+	// Other: the script may create keys, or could not be told apart from
+	// one that does (its commands cannot be read off its text, a probe
+	// failed, it touched a key it was not given or one holding a token it
+	// was not given). Watch it.
+	Other Class = iota
+	// Acquire: a probe saw it create a key. Watch it.
+	Acquire
+	// Guarded: its text may create a key (node redlock's extend rewrites
+	// its key with SET … PX once it found its token there), but no probe
+	// saw it do so, it was given one key, and it keeps to the core subset
+	// of Lua (static.go). Whether a call can create its key is decided
+	// per call by one run on the model from the key absent (Classes.Of,
+	// doc.go): the class of a call is never Guarded.
+	Guarded
+	// ReadOnly: it can send only commands that read.
+	ReadOnly
+	// Release: it can send only commands that read or delete, and in
+	// every probe deleted only keys holding a value among its ARGV.
+	Release
+	// Extend: it can send only commands that read, delete or change a
+	// live key's expiry, and in every probe changed only keys holding a
+	// value among its ARGV. It may leave a key with a longer TTL than
+	// any granted so far.
+	Extend
+)
+
+var classNames = [...]string{"other", "acquire", "guarded", "read-only", "release", "extend"}
+
+func (c Class) String() string {
+	if int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return "class(" + strconv.Itoa(int(c)) + ")"
+}
+
+// CreatesNothing reports whether no run of the script, in any key space,
+// with any KEYS and ARGV, can create a key: ReadOnly, Release and Extend.
+func (c Class) CreatesNothing() bool { return c >= ReadOnly }
+
+// SetsNoExpiry reports whether no run of the script can create a key or
+// change an expiry (it reads, or deletes): ReadOnly and Release.
+func (c Class) SetsNoExpiry() bool { return c == ReadOnly || c == Release }
+
+// probeNow is the probes' stopped clock, and probeTTL the TTL a probe
+// key has when it has one.
+const (
+	probeNow = int64(1_700_000_000_000)
+	probeTTL = int64(10_000)
+)
+
+// probeForeign is the token of a lock held by someone else in a probe.
+var probeForeign = []byte("lockproxy:probe:foreign-token")
+
+// maxProbeKeys bounds the KEYS a script is probed with; a call with more
+// is Other (watched).
+const maxProbeKeys = 8
+
+// Classify tells what s does to the keys it is given: the commands it can
+// send, read off its syntax tree (static.go), decide whether it can
+// create a key or change an expiry at all; runs on the lock model in
+// probe states (every key absent, holding one of args, holding a foreign
+// token; with and without a TTL) then check that it touches only its keys
+// and changes only those holding a value among args, and raises no error.
+// keys and args are the call's own (the probes run with them). r runs the
+// probes; their time limit is r's. See doc.go for why a script Classify
+// calls ReadOnly, Release or Extend cannot create a key, whatever its
+// KEYS, ARGV and the keys' contents.
+func Classify(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte) Class {
+	c, _ := classify(ctx, r, s, keys, args)
+	return c
+}
+
+// classify is Classify; timedOut reports that a probe ran out of time (its
+// own limit, or ctx), which says nothing about the script: not cached.
+func classify(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte) (c Class, timedOut bool) {
+	cmds, known, core := analyse(s.Src)
+	create, expire := true, true
+	if known {
+		create, expire = cmds.reach()
+	}
+	if len(keys) == 0 || len(keys) > maxProbeKeys {
+		return Other, false
+	}
+	clean, created := true, false
+	for _, st := range probeStates(len(keys), args) {
+		ok, made, late := probe(ctx, r, s, keys, args, st)
+		clean, created, timedOut = clean && ok, created || made, late
+		if !clean {
+			break // Acquire or Other: watched either way
+		}
+	}
+	switch {
+	case created:
+		return Acquire, false
+	case !clean:
+		return Other, timedOut
+	case create && known && core && len(keys) == 1:
+		return Guarded, false
+	case create:
+		return Other, false
+	case expire:
+		return Extend, false
+	case cmds.deletes():
+		return Release, false
+	}
+	return ReadOnly, false
+}
+
+// deletes reports whether cmds has a command that deletes.
+func (cmds commandSet) deletes() bool {
+	for c := range cmds {
+		if deleteCommands[c] {
+			return true
+		}
+	}
+	return false
+}
+
+// probeState is the initial state of each key of a probe: nil is absent.
+type probeState []*model.Entry
+
+// probeStates lists the states a script with n keys is probed in: each
+// key absent, holding each of the first three args, or holding a foreign
+// token, with a TTL or without one; every combination when there are at
+// most 64, else every key in the same state, and each key in each state
+// with the others holding args[0] or absent.
+func probeStates(n int, args [][]byte) []probeState {
+	var one []*model.Entry
+	one = append(one, nil)
+	vals := [][]byte{probeForeign}
+	for i, a := range args {
+		if i == 3 {
+			break
+		}
+		vals = append(vals, a)
+	}
+	for _, v := range vals {
+		one = append(one, &model.Entry{Token: v, Deadline: probeNow + probeTTL}, &model.Entry{Token: v})
+	}
+	total := 1
+	for range n {
+		total *= len(one)
+		if total > 64 {
+			break
+		}
+	}
+	var out []probeState
+	if total <= 64 {
+		for i := range total {
+			st := make(probeState, n)
+			for k := range n {
+				st[k] = one[i%len(one)]
+				i /= len(one)
+			}
+			out = append(out, st)
+		}
+		return out
+	}
+	for _, e := range one {
+		st := make(probeState, n)
+		for k := range st {
+			st[k] = e
+		}
+		out = append(out, st)
+	}
+	others := []*model.Entry{nil}
+	if len(args) > 0 {
+		others = append(others, &model.Entry{Token: args[0], Deadline: probeNow + probeTTL})
+	}
+	for k := range n {
+		for _, e := range one {
+			for _, o := range others {
+				st := make(probeState, n)
+				for j := range st {
+					st[j] = o
+				}
+				st[k] = e
+				out = append(out, st)
+			}
+		}
+	}
+	return out
+}
+
+// probe runs s once on the model in state st. ok is false when the run
+// raised an error, sent a command outside the key commands (ping and echo
+// aside), named a key it was not given, or changed a key that did not
+// hold one of args; created reports a key absent before and live after.
+func probe(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte, st probeState) (ok, created, timedOut bool) {
+	sp := &model.Space{}
+	for i, e := range st {
+		if e != nil {
+			sp.Put(0, keys[i], *e)
+		}
+	}
+	rc := &probeCaller{keys: keys, inner: keycmd.ScriptCaller{KS: &model.View{Now: probeNow, Spaces: []*model.Space{sp}}}}
+	_, err := r.Run(ctx, s, keys, args, rc)
+	ok = err == nil && rc.ok()
+	timedOut = errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	for i, k := range keys {
+		after, live := sp.Get(0, k, probeNow)
+		before := st[i]
+		switch {
+		case before == nil && live:
+			created = true
+			ok = false
+		case before == nil:
+		case !live || !bytes.Equal(after.Token, before.Token) || after.Deadline != before.Deadline:
+			if !isArg(before.Token, args) {
+				ok = false // it changed someone else's lock
+			}
+		}
+	}
+	return ok, created, timedOut
+}
+
+func isArg(v []byte, args [][]byte) bool {
+	for _, a := range args {
+		if bytes.Equal(v, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// probeCaller runs a probe's commands on the model and notes any that
+// make the probe unfit: a command other than a key command (ping and echo
+// aside: SELECT, TIME and the like make a run depend on more than its
+// keys), or a key the script was not given.
+type probeCaller struct {
+	keys  []string
+	inner keycmd.ScriptCaller
+	bad   bool
+}
+
+func (c *probeCaller) ok() bool { return !c.bad }
+
+func (c *probeCaller) Call(ctx context.Context, args [][]byte) (backend.Value, error) {
+	if len(args) > 0 {
+		if cmd := keycmd.Lookup(args[0]); cmd != nil {
+			for _, k := range cmd.Keys(args) {
+				if !c.given(k) {
+					c.bad = true
+				}
+			}
+		} else if n := string(bytes.ToLower(args[0])); n != "ping" && n != "echo" {
+			c.bad = true
+		}
+	}
+	v, err := c.inner.Call(ctx, args)
+	if err != nil {
+		c.bad = true // a failing command: what the script makes of it is not a lock's usual path
+	}
+	return v, err
+}
+
+func (c *probeCaller) given(k []byte) bool {
+	for _, g := range c.keys {
+		if g == string(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// Classes remembers Classify by the script's SHA1 and its numbers of KEYS
+// and ARGV, for at most maxClasses calls' worth of kinds; past that it
+// starts over. The zero value is ready and safe for concurrent use. What
+// makes caching sound is the static half of Classify, which holds for any
+// KEYS and ARGV (doc.go); the probes, which use the first call's, only
+// ever make a class more cautious.
+type Classes struct {
+	// Runner runs the probes. nil: one of the Classes' own, made on first
+	// use, with a probe time limit of 250ms.
+	Runner *Runner
+
+	once  sync.Once
+	mu    sync.RWMutex
+	known map[classKey]Class
+}
+
+type classKey struct {
+	sha        string
+	keys, args int
+}
+
+const maxClasses = 4096
+
+// classifyBudget bounds one classification, all its probes together. A
+// classification cut short by it, or by a probe's time limit, is not
+// cached (a loaded machine says nothing about the script): that call is
+// watched and the next classifies again.
+const classifyBudget = time.Second
+
+// Of returns the class of this call: Classify(s, keys, args), from the
+// cache when a call of the same script with as many KEYS and ARGV was
+// classified before, and for a Guarded script the outcome of this call's
+// own check on the model (never Guarded itself). The probes
+// run under ctx without its cancellation (bounded by classifyBudget), so
+// that one client giving up cannot leave a script classified Other for
+// everyone.
+func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args [][]byte) Class {
+	if s.Src == "" {
+		return Other
+	}
+	if s.SHA1 == "" {
+		s.SHA1 = SHA1(s.Src)
+	}
+	k := classKey{s.SHA1, len(keys), len(args)}
+	c.mu.RLock()
+	cl, ok := c.known[k]
+	c.mu.RUnlock()
+	if ok {
+		return c.call(ctx, cl, s, keys, args)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), classifyBudget)
+	cl, timedOut := classify(cctx, c.runner(), s, keys, args)
+	cancel()
+	if timedOut {
+		return Other // this call is watched; the next one classifies again
+	}
+	c.mu.Lock()
+	if c.known == nil || len(c.known) >= maxClasses {
+		c.known = make(map[classKey]Class)
+	}
+	c.known[k] = cl
+	c.mu.Unlock()
+	return c.call(ctx, cl, s, keys, args)
+}
+
+// Cached returns the class of this call as Of would, when that needs no
+// run of the script: its class is cached and is not Guarded (a Guarded
+// call is checked on the model). For callers that must not run Lua in
+// place, such as an event loop; ok false sends them to Of.
+func (c *Classes) Cached(s backend.Script, keys []string, args [][]byte) (Class, bool) {
+	if s.Src == "" || s.SHA1 == "" {
+		return Other, false
+	}
+	c.mu.RLock()
+	cl, ok := c.known[classKey{s.SHA1, len(keys), len(args)}]
+	c.mu.RUnlock()
+	if !ok || cl == Guarded {
+		return Other, false
+	}
+	return cl, true
+}
+
+// runner returns c.Runner, made on first use when nil. (Not on a cache
+// hit's path: sync.Once.Do with a closure costs an allocation.)
+func (c *Classes) runner() *Runner {
+	c.once.Do(func() {
+		if c.Runner == nil {
+			c.Runner = New(Config{TimeLimit: 250 * time.Millisecond})
+		}
+	})
+	return c.Runner
+}
+
+// call is the class of one call of a script of class cl: a Guarded
+// script's call is Extend when its run on the model, from its one key
+// absent (the only state in which it can create that key), creates
+// nothing, touches no other key and meets no error; else Other.
+func (c *Classes) call(ctx context.Context, cl Class, s backend.Script, keys []string, args [][]byte) Class {
+	if cl != Guarded {
+		return cl
+	}
+	if len(keys) == 1 {
+		if ok, created, _ := probe(ctx, c.runner(), s, keys, args, probeState{nil}); ok && !created {
+			return Extend
+		}
+	}
+	return Other
+}

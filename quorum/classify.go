@@ -1,0 +1,97 @@
+package quorum
+
+import (
+	"context"
+	"time"
+
+	"github.com/lockproxy/lockproxy/luascripts"
+	"github.com/lockproxy/lockproxy/proxy/backend"
+)
+
+// scriptWatch is what a script call sends each node besides the script.
+type scriptWatch uint8
+
+const (
+	// watchKeys: an MGET of the keys before and after the script and
+	// each key's PTTL after it, to see the keys it created (undo, the
+	// validity check) and the TTLs it left (the restart quarantine).
+	watchKeys scriptWatch = iota
+	// watchTTLs: each key's PTTL after the script. The script creates
+	// nothing but may lengthen a TTL, which the restart quarantine must
+	// know (an extend).
+	watchTTLs
+	// watchNone: the script alone. It creates nothing and sets no expiry
+	// (a release, a read), or cannot write at all (EVAL_RO), or names no
+	// key to watch.
+	watchNone
+)
+
+// watchOf decides how a script call is watched on the nodes: by what the
+// script does (luascripts.Classify: the commands it can send, then probes
+// on the lock model), never by its text or SHA1. A script that may create
+// a key, or that the classifier cannot vouch for, is watched in full.
+// Every path that runs scripts on the nodes asks this one method.
+//
+// Its cost: a cache hit is ~100ns, no allocation; the first call of a
+// script with given numbers of KEYS and ARGV classifies it (a parse and
+// up to 64 probe runs on the model: ~0.5ms for bsm/redislock's release
+// with two keys; a script that runs long stops at its first probe's
+// 250ms limit, and all probes together get 1s); each call of a Guarded
+// script (node redlock's extend) runs it once on the model (~8µs; one
+// that loops costs that call up to 250ms). The event loops never pay
+// that: they ask watchCached, and a call it cannot answer goes to the
+// stream path, which classifies.
+func (b *Backend) watchOf(ctx context.Context, s backend.Script, keys []string, args [][]byte, ro bool) scriptWatch {
+	if ro || len(keys) == 0 {
+		return watchNone
+	}
+	return watchFor(b.classes.Of(ctx, s, keys, args))
+}
+
+// watchCached is watchOf without running any Lua: ok is false when the
+// script's class is not known yet, or its call needs a run on the model
+// (Guarded).
+func (b *Backend) watchCached(s backend.Script, keys []string, args [][]byte, ro bool) (w scriptWatch, ok bool) {
+	if ro || len(keys) == 0 {
+		return watchNone, true
+	}
+	c, ok := b.classes.Cached(s, keys, args)
+	return watchFor(c), ok
+}
+
+func watchFor(c luascripts.Class) scriptWatch {
+	switch {
+	case c.SetsNoExpiry():
+		return watchNone
+	case c.CreatesNothing():
+		return watchTTLs
+	}
+	return watchKeys
+}
+
+// appendTTLs adds a PTTL of each key after the script (watchTTLs).
+func appendTTLs(r *req, keys []string) *req {
+	for _, k := range keys {
+		r.cmds.Cmd(2)
+		r.cmds.Arg("pttl")
+		r.cmds.Arg(k)
+	}
+	return r
+}
+
+// longestTTL is the longest TTL the nodes reported after a watchTTLs
+// script (its reply first, then one PTTL per key).
+func longestTTL(replies []nodeReply, keys []string) time.Duration {
+	var longest time.Duration
+	for _, r := range replies {
+		if r.err != nil || len(r.vals) != 1+len(keys) {
+			continue
+		}
+		for _, v := range r.vals[1:] {
+			if v.Kind == backend.KindInt && v.Int > 0 {
+				longest = max(longest, time.Duration(v.Int)*time.Millisecond)
+			}
+		}
+	}
+	return longest
+}
