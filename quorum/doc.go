@@ -36,10 +36,10 @@
 //
 // Two paths to the nodes, one set of rules. On the event-loop front end
 // (backend.Looper, loop.go) each loop has its own connection to each
-// node, and an acquire (SET key token NX PX|EX) or a script that is not
-// sent alone (a release or a read, by what it does, a read-only script, a
-// script without keys: watchCached, once classified) starts on the loop that owns the client: its
-// commands are appended to that loop's node buffers, each buffer is
+// node, and an acquire (SET key token NX PX|EX), a majority read (GET,
+// PTTL, TTL) or a script sent alone (a release or a read, by what it
+// does, a read-only script, a script without keys: watchCached, once
+// classified) starts on the loop that owns the client: its commands are appended to that loop's node buffers, each buffer is
 // written once per pass of the loop, the replies are decoded on the loop
 // and the vote completes there, with no goroutine hand-off. Everything
 // else (other commands, watched scripts, MULTI/EXEC, nodes over TLS or
