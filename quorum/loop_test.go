@@ -245,6 +245,11 @@ func TestLoopNoScriptFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A script's first call classifies it on the stream path (no Lua runs
+	// on a loop); later calls of a release are the loop's.
+	if err := c.EvalSha(ctx, sha, []string{"lock"}, "tok").Err(); err != nil {
+		t.Fatal(err)
+	}
 
 	nodes[0].Restart()
 	direct[1].ScriptFlush(ctx)
