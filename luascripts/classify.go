@@ -262,13 +262,21 @@ func (c *probeCaller) ok() bool { return !c.bad }
 
 func (c *probeCaller) Call(ctx context.Context, args [][]byte) (backend.Value, error) {
 	if len(args) > 0 {
+		n := string(bytes.ToLower(args[0]))
 		if cmd := keycmd.Lookup(args[0]); cmd != nil {
-			for _, k := range cmd.Keys(args) {
+			keys := cmd.Keys(args)
+			if len(keys) == 0 && n != "ping" && n != "echo" {
+				// DBSIZE and the like: the reply depends on keys a probe
+				// does not have, so a probe's run says nothing of a
+				// node's (a script could create only when DBSIZE > 0).
+				c.bad = true
+			}
+			for _, k := range keys {
 				if !c.given(k) {
 					c.bad = true
 				}
 			}
-		} else if n := string(bytes.ToLower(args[0])); n != "ping" && n != "echo" {
+		} else if n != "ping" && n != "echo" {
 			c.bad = true
 		}
 	}

@@ -159,6 +159,7 @@ func TestClassifyAdversarial(t *testing.T) {
 		"SET when PTTL says absent":         `if redis.call('pttl', KEYS[1]) == -2 then return redis.call('set', KEYS[1], ARGV[1]) end return 0`,
 		"SET after TIME":                    `local t = redis.call('time') if t then redis.call('set', KEYS[1], ARGV[1]) end return 0`,
 		"SET from an ARGV loop":             `for _, a in ipairs(ARGV) do if a == 'x' then redis.call('set', KEYS[1], a) end end return 0`,
+		"SET when DBSIZE is not 0":          `if redis.call('dbsize') ~= 0 and redis.call('get', KEYS[1]) == false then return redis.call('set', KEYS[1], ARGV[1], 'PX', 1000) end return 0`,
 		"GETSET":                            `return redis.call('getset', KEYS[1], ARGV[1])`,
 		"COPY":                              `return redis.call('copy', KEYS[1], KEYS[2])`,
 	}

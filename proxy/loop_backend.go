@@ -28,7 +28,7 @@ import (
 //     value that pass computes is dropped. Anything else (another backend
 //     call, an error before any, the backend declining) leaves the command
 //     to runOff, which runs it from scratch: pass 1 counted nothing.
-//  2. finish: when the backend calls back (on the loop), the command runs
+//  2. complete: when the backend calls back (on the loop), the command runs
 //     again through client.run with the loopCmd answering its backend call
 //     with the outcome, and the result is handed over as runOff's is.
 //
@@ -185,9 +185,9 @@ func isEval(name string) bool {
 	return false
 }
 
-// finish is pass 2, on the loop: the command runs again with the outcome,
+// complete is pass 2, on the loop: the command runs again with the outcome,
 // and its result goes to the connection as runOff's does.
-func (c *loopCmd) finish() {
+func (c *loopCmd) complete() {
 	lc, cl := c.lc, c.lc.cl
 	c.replay = true
 	cl.alt, cl.t0 = c, c.t0
@@ -202,11 +202,18 @@ func (c *loopCmd) finish() {
 		}
 	}
 	lc.mu.Lock()
-	gone := lc.gone
+	gone, detached := lc.gone, lc.detached
 	if !gone {
 		lc.done = &r
 	}
 	lc.mu.Unlock()
+	if detached != nil {
+		// OnClose left the half-closed connection to the command's end,
+		// as runOff's goroutine takes it; finishing it writes and may run
+		// more commands, so not on the loop.
+		go lc.finish(detached, r)
+		return
+	}
 	if gone {
 		lc.cl.closeUpstream() // OnClose left both to the command's end
 		lc.s.forget(lc.cl)
@@ -225,7 +232,7 @@ func (c *loopCmd) Set(_ context.Context, db int, key string, token []byte, o bac
 	}
 	c.started = c.lc.lb.StartSet(db, key, token, o, c.deadline(), func(res backend.SetResult, err error) {
 		c.set, c.err = res, err
-		c.finish()
+		c.complete()
 	})
 	return backend.SetResult{}, errOnLoop
 }
@@ -238,7 +245,7 @@ func (c *loopCmd) Eval(_ context.Context, db int, s backend.Script, keys []strin
 	}
 	c.started = c.lc.lb.StartEval(db, s, keys, args, ro, c.deadline(), func(v backend.Value, err error) {
 		c.v, c.err = v, err
-		c.finish()
+		c.complete()
 	})
 	return backend.Value{}, errOnLoop
 }
@@ -251,7 +258,7 @@ func (c *loopCmd) Get(_ context.Context, db int, key string) ([]byte, bool, erro
 	}
 	c.started = c.lc.lb.StartGet(db, key, c.deadline(), func(tok []byte, ok bool, err error) {
 		c.v, c.err = backend.Value{Str: tok, Int: b2i(ok)}, err
-		c.finish()
+		c.complete()
 	})
 	return nil, false, errOnLoop
 }
@@ -264,7 +271,7 @@ func (c *loopCmd) PTTL(_ context.Context, db int, key string) (int64, error) {
 	}
 	c.started = c.lc.lb.StartPTTL(db, key, c.deadline(), func(ms int64, err error) {
 		c.v, c.err = backend.Value{Int: ms}, err
-		c.finish()
+		c.complete()
 	})
 	return 0, errOnLoop
 }

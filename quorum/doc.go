@@ -73,6 +73,14 @@
 //     needs Q nodes that wrote within the validity time, and two such sets
 //     of nodes intersect. A split vote ends in nil (N−Q+1 nodes said held:
 //     true when they answered) or TRYAGAIN, and the client retries.
+//   - "By its owner" includes the owner's own stale undo: clients retry an
+//     acquire with the same token, and an undo of a failed attempt still
+//     waiting on one connection could delete the retry's lock that reached
+//     the node on another (found by review: a retry via a second loop got
+//     OK, the first loop's undo then ran, and a third client got the
+//     lock). So no request writes a token to a node while an undo of that
+//     key and token is pending there (pendingUndos, pending.go): the retry
+//     needs a majority of the other nodes.
 //   - Watched scripts keep the stripe and the stream path: their reads
 //     before and after are what needs one order.
 //

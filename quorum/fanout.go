@@ -28,6 +28,9 @@ func (r nodeReply) failed() bool { return r.err != nil }
 type req struct {
 	cmds resp.Request
 	undo []undoRec // owner-checked deletes: sent again on a new connection if this one breaks unanswered
+	// writes are the key and token pairs the request may write: not sent
+	// to a node where a delete of one is pending (pendingUndos).
+	writes []undoRec
 }
 
 // op collects one operation's node replies. Streams deliver into it from
@@ -80,6 +83,7 @@ var (
 	errQuarantined = errors.New("quorum: node quarantined after a restart")
 	errNodeTimeout = errors.New("quorum: node timeout")
 	errNotSent     = errors.New("quorum: nothing to send to this node")
+	errUndoPending = errors.New("quorum: an undo of this token is still pending on this node")
 )
 
 // fanout sends each node its request (reqFor; nil sends nothing) and waits
@@ -95,9 +99,10 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 		s := b.nodes[i].stream(db, &b.cfg)
 		cl := &call{o: o, c: s, node: i, n: r.cmds.N, vals: make([]backend.Value, 0, r.cmds.N), undo: r.undo, sent: time.Now()}
 		o.calls[i] = cl
+		b.pending.add(i, db, r.undo, 1)
 		s.send(cl, r.cmds.B)
 	}
-	b.dispatch(o, reqFor, send)
+	b.dispatch(o, db, reqFor, send)
 	timer := time.NewTimer(b.cfg.NodeTimeout)
 	defer timer.Stop()
 	defer b.settle(o)
@@ -127,7 +132,7 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 
 // dispatch sends each node its request (reqFor; nil sends nothing) through
 // send, the same on the stream and the loop paths.
-func (b *Backend) dispatch(o *op, reqFor func(i int) *req, send func(i int, r *req)) {
+func (b *Backend) dispatch(o *op, db int, reqFor func(i int) *req, send func(i int, r *req)) {
 	now := time.Now()
 	for i := range b.nodes {
 		r := reqFor(i)
@@ -139,6 +144,8 @@ func (b *Backend) dispatch(o *op, reqFor func(i int) *req, send func(i int, r *r
 			// undos: an acquire may have landed there just before the
 			// quarantine began.
 			o.deliver(i, nil, errQuarantined)
+		case b.pending.blocks(i, db, r.writes):
+			o.deliver(i, nil, errUndoPending)
 		default:
 			send(i, r)
 		}

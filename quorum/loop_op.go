@@ -48,7 +48,7 @@ func (ql *qloop) run(db int, reqFor func(int) *req, again func(int, nodeReply) *
 	}
 	lo.onLast = lo.progress
 	lo.sending = true
-	ql.b.dispatch(&lo.op, reqFor, lo.send)
+	ql.b.dispatch(&lo.op, lo.db, reqFor, lo.send)
 	lo.sending = false
 	at := lo.start.Add(ql.b.cfg.NodeTimeout)
 	if !deadline.IsZero() && deadline.Before(at) {
@@ -74,6 +74,7 @@ func (lo *lop) send(i int, r *req) {
 	}
 	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, time.Now()
 	lo.calls[i] = cl
+	lo.ql.b.pending.add(i, lo.db, r.undo, 1)
 	ln.send(cl, r.cmds.B)
 }
 

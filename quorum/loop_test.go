@@ -3,6 +3,8 @@ package quorum_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -400,5 +402,32 @@ func TestLoopNodeFaultsUnderLoad(t *testing.T) {
 			t.Fatalf("SET NX after the faults = %v, %v; want OK once the paused nodes are reconnected", ok, err)
 		}
 		time.Sleep(10 * time.Millisecond) // the reconnection backs off up to a second
+	}
+}
+
+// A client that shuts down its writing half while its acquire runs on the
+// loop still gets the reply (here held up by a stopped node for the node
+// timeout), as with a command run off the loop, and is then closed.
+func TestLoopHalfCloseGetsReply(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 1, quorum.Config{NodeTimeout: 500 * time.Millisecond})
+	waitLoopReady(t, c, b)
+	nodes[2].Stop()
+	defer nodes[2].Cont()
+	conn, err := net.Dial("tcp", c.Options().Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	before := b.LoopOps()
+	conn.Write([]byte("SET hc tok NX PX 10000\r\nPING\r\n"))
+	conn.(*net.TCPConn).CloseWrite()
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(conn)
+	if string(got) != "+OK\r\n+PONG\r\n" || err != nil {
+		t.Fatalf("replies after a half-close = %q, %v; want +OK and +PONG, then the end", got, err)
+	}
+	if b.LoopOps() == before {
+		t.Fatal("the acquire did not run on the loop")
 	}
 }

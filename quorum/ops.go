@@ -195,7 +195,7 @@ func setExpiry(o backend.SetOptions) (mode string, val int64, ttl time.Duration)
 // has the condition, else the set script, with again its fallback for a
 // node that answers NOSCRIPT.
 func setRequest(key string, token []byte, o backend.SetOptions, plain bool, mode string, val int64) (*req, func(int, nodeReply) *req) {
-	r := &req{}
+	r := &req{writes: []undoRec{{key: key, token: string(token)}}}
 	if !plain {
 		args := [][]byte{token, []byte(condName(o.Cond)), o.Match, []byte(mode), strconv.AppendInt(nil, val, 10)}
 		runScript(&r.cmds, setScript, false, []string{key}, args...)

@@ -73,6 +73,7 @@ type Backend struct {
 	maxTTL  atomic.Int64             // the longest TTL granted, as a Duration
 
 	classes luascripts.Classes // what each script does (classify.go)
+	pending pendingUndos       // undos not known to have run (pending.go)
 	lp      loops              // the event loops' node connections (loop.go)
 	stop    chan struct{}
 	done    chan struct{}
@@ -131,6 +132,8 @@ type node struct {
 	replies  prometheus.Observer // reply times
 	failures atomic.Uint64       // operations it failed (see fanout)
 	onRunID  func(string)        // each new stream connection's run_id (Backend.noteRunID)
+	index    int                 // its place in Backend.nodes
+	pending  *pendingUndos       // the Backend's
 }
 
 // stream returns the node's stream for db, starting it on first use.
@@ -148,6 +151,7 @@ func (n *node) stream(db int, cfg *Config) *stream {
 		s = closedStream(n.addr, db)
 	} else {
 		s = newStream(n.addr, db, n.opt, cfg, n.replies, n.onRunID)
+		s.node, s.undos = n.index, n.pending
 	}
 	n.streams[db].Store(s)
 	return s
@@ -180,7 +184,8 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("quorum: node %q: %w", a, err)
 		}
 		b.nodes = append(b.nodes, &node{addr: opt.Addr, opt: opt, client: redis.NewClient(opt),
-			replies: b.replies.WithLabelValues(opt.Addr), onRunID: func(id string) { b.noteRunID(i, id) }})
+			replies: b.replies.WithLabelValues(opt.Addr), onRunID: func(id string) { b.noteRunID(i, id) },
+			index: i, pending: &b.pending})
 	}
 	// Database 0's streams connect now (a node down is a node down, not a
 	// failure to start); the others on first use.

@@ -49,6 +49,8 @@ type stream struct {
 	cfg     *Config
 	replies prometheus.Observer // each call's reply time
 	onRunID func(string)        // told each new connection's run_id before it carries anything
+	node    int                 // the node's place in Backend.nodes
+	undos   *pendingUndos       // told of each undo answered, dropped or sent again
 
 	mu      sync.Mutex
 	state   streamState
@@ -170,7 +172,9 @@ func (s *stream) send(cl *call, buf []byte) {
 func (s *stream) keepUndo(cl *call) {
 	if len(cl.undo) > 0 && len(s.redo) < maxRedo {
 		s.redo = append(s.redo, cl.undo...)
+		return
 	}
+	s.undos.add(s.node, s.db, cl.undo, -1) // dropped: it will not run
 }
 
 // overdue is told that cl's operation stopped waiting for it after a full
@@ -376,6 +380,7 @@ func (s *stream) readLoop(br *resp.Reader) error {
 		}
 		s.mu.Unlock()
 		s.replies.Observe(time.Since(cl.sent).Seconds())
+		s.undos.add(s.node, s.db, cl.undo, -1)
 		cl.o.deliver(cl.node, cl.vals, nil)
 	}
 }
@@ -437,6 +442,8 @@ func (s *stream) connect() (net.Conn, *resp.Reader, error) {
 		s.kill = append(append(s.kill, kill...), id) // this one too: it may carry undos
 		if len(s.redo) < maxRedo {
 			s.redo = append(s.redo, redo...)
+		} else {
+			s.undos.add(s.node, s.db, redo, -1) // dropped: they will not run
 		}
 		s.runID = runID
 		s.mu.Unlock()
@@ -459,6 +466,7 @@ func (s *stream) connect() (net.Conn, *resp.Reader, error) {
 			putBack()
 			return nil, nil, err
 		}
+		s.undos.add(s.node, s.db, redo, -1) // they ran before this connection carries anything
 		for _, v := range vals[:len(kill)] {
 			if v.Kind == backend.KindError && !strings.Contains(string(v.Str), "No such client") {
 				s.cfg.Logger.Warn("quorum node refused to close a replaced connection: an operation still queued on it may run out of order",
