@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,8 +24,9 @@ type advisory struct {
 	b       *Backend
 	holders []*holder
 	router  *router
-	rows    atomic.Int64  // leases with a row (the locks this instance holds)
-	expired atomic.Uint64 // leases its timers ended at their deadlines (expiry.go)
+	rows    atomic.Int64                    // leases (the locks this instance holds), with a row or deferred
+	rowless [backend.Databases]atomic.Int64 // deferred leases without a row yet, by db (deferred.go)
+	expired atomic.Uint64                   // leases its timers ended at their deadlines (expiry.go)
 
 	epoch      time.Time    // the monotonic origin of quarantine
 	quarantine atomic.Int64 // no lock is taken before epoch + this (horizon.go)
@@ -33,15 +35,18 @@ type advisory struct {
 }
 
 // held is a key this process holds the advisory lock of. row is false for
-// a key locked only for the length of one operation on an absent key.
+// a key locked only for the length of one operation on an absent key, and
+// for a deferred lease (deferred.go) until its row is written.
 type held struct {
 	state
-	lockID int64
-	h      *holder
-	gen    uint64
-	row    bool
-	lost   bool // kept as a fence after its session was lost; no longer counted in rows
-	timer  *time.Timer
+	lockID   int64
+	h        *holder
+	gen      uint64
+	row      bool
+	deferred bool  // granted without a row (its row is written granted+LeaseRowDelay)
+	granted  int64 // deferred: when, Unix ms
+	lost     bool  // kept as a fence after its session was lost; no longer counted in rows
+	timer    *time.Timer
 }
 
 // valid reports whether the session that took the lock is still the
@@ -69,7 +74,9 @@ func newAdvisory(b *Backend) *advisory {
 // (horizon.go).
 func (a *advisory) logged() bool { return false }
 
-func (a *advisory) extraDDL() []string { return []string{horizonDDL(a.b.cfg.Schema)} }
+func (a *advisory) extraDDL() []string {
+	return []string{horizonDDL(a.b.cfg.Schema), sessionsDDL(a.b.cfg.Schema)}
+}
 
 // start LISTENs for routed operations, starts the holder sessions and the
 // reaper of stale rows, and returns once every holder session is up.
@@ -145,17 +152,22 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 		return backend.SetResult{}, true, err
 	}
 	h := a.holderOf(k)
-	q := &query{kind: qAcquire, k: k, token: token, dl: deadline}
+	deferred := a.deferrable(deadline, now.UnixMilli())
+	q := &query{kind: qAcquire, k: k, token: token, dl: deadline, deferred: deferred}
 	h.submit(q)
 	if err := do(q); err != nil {
 		return backend.SetResult{}, true, tryAgain(err)
 	}
-	if !q.ok { // held, or fenced (the statement unlocked it again)
+	if !q.ok { // held, or fenced (the batch unlocked it again)
 		return backend.SetResult{}, true, nil
 	}
-	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen, row: true}
+	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen,
+		row: !deferred, deferred: deferred, granted: now.UnixMilli()}
 	st.owned[k] = e
 	a.rows.Add(1)
+	if deferred {
+		a.rowless[k.db].Add(1)
+	}
 	a.arm(k, e)
 	return backend.SetResult{Written: true}, true, nil
 }
@@ -199,32 +211,37 @@ func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 	if len(need) == 0 {
 		return t, nil
 	}
-	qs := make([]*query, len(need))
+	qs := make([]*query, 2*len(need))
 	got := make([]bool, len(need))
 	ids := make([]int64, len(need))
 	fences := make([]*int64, len(need))
 	for i, k := range need {
-		// The fence is read in the statement's snapshot, taken before the
-		// lock: a fence committed in between is caught by commit's write.
-		qs[i] = &query{sql: `SELECT pg_try_advisory_lock(hashtextextended($1::text, $2::int::bigint)), hashtextextended($1::text, $2::int::bigint),
-				(SELECT f.deadline_ms FROM ` + a.b.table + ` f WHERE f.db = $2 AND f.key = $3 AND ` + fencedBy("f") + `)`,
-			args: []any{hashText(k.key), k.db, []byte(k.key)}, locks: true,
-			scan: func(r pgx.Row) error { return r.Scan(&got[i], &ids[i], &fences[i]) }}
-		a.holderOf(k).submit(qs[i])
+		qs[2*i] = &query{sql: `SELECT pg_try_advisory_lock(hashtextextended($1::text, $2::int::bigint)), hashtextextended($1::text, $2::int::bigint)`,
+			args: []any{hashText(k.key), k.db}, locks: true,
+			scan: func(r pgx.Row) error { return r.Scan(&got[i], &ids[i]) }}
+		// The fences are read by the next statement on the same session,
+		// whose snapshot is newer than the lock (deferred.go): a fence row,
+		// or a session that ended with row-less locks.
+		qs[2*i+1] = &query{sql: `SELECT GREATEST((SELECT f.deadline_ms FROM ` + a.b.table + ` f WHERE f.db = $1 AND f.key = $2 AND ` + fencedBy("f") + `), ` + a.deadUntilSQL() + `)`,
+			args: []any{k.db, []byte(k.key)},
+			scan: func(r pgx.Row) error { return r.Scan(&fences[i]) }}
+		h := a.holderOf(k)
+		h.submit(qs[2*i])
+		h.submit(qs[2*i+1])
 	}
 	err := do(qs...)
 	var he heldError
 	for i, k := range need {
 		switch {
-		case qs[i].err == nil && got[i]:
+		case qs[2*i].err == nil && got[i]:
 			st := a.b.stripe(k)
-			st.owned[k] = &held{lockID: ids[i], h: a.holderOf(k), gen: qs[i].gen}
+			st.owned[k] = &held{lockID: ids[i], h: a.holderOf(k), gen: qs[2*i].gen}
 			t.states[k] = state{}
 			t.fresh = append(t.fresh, k)
 			if fences[i] != nil {
 				t.fence(k, fenceState(*fences[i]))
 			}
-		case qs[i].err == nil:
+		case qs[2*i].err == nil:
 			he.keys = append(he.keys, k)
 		}
 	}
@@ -236,7 +253,7 @@ func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 		return nil, err
 	}
 	for _, k := range he.keys {
-		_, in, rerr := a.readTable(ctx, k)
+		_, in, _, rerr := a.readTable(ctx, k)
 		if rerr != nil {
 			return nil, rerr
 		}
@@ -270,7 +287,7 @@ func (t *advTx) unlock(keys []dbKey) {
 		if e == nil || !e.valid() {
 			continue
 		}
-		q := &query{kind: qRelease, k: k, id: e.lockID, want: e.gen}
+		q := &query{kind: qRelease, k: k, id: e.lockID, row: e.row, want: e.gen}
 		e.h.submit(q)
 		qs = append(qs, q)
 	}
@@ -320,24 +337,11 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 		var q *query
 		switch {
 		case !s.present:
-			q = &query{kind: qRelease, k: k, id: e.lockID}
+			q = &query{kind: qRelease, k: k, id: e.lockID, row: e.row}
 		case !e.row:
-			// Not over a fence that appeared since prepare read the row.
-			q = &query{sql: `INSERT INTO ` + b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
-				VALUES ($1, $2, $3, $4, $5, $6, pg_backend_pid())
-				ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
-					deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
-				WHERE NOT ` + fencedBy("t") + ` RETURNING 1`,
-				args: []any{k.db, []byte(k.key), e.lockID, s.token, deadlineParam(s.deadline), e.h.name}}
-			q.scan = func(r pgx.Row) error {
-				var one int
-				if err := r.Scan(&one); errors.Is(err, pgx.ErrNoRows) {
-					q.fenced = true
-				} else if err != nil {
-					return err
-				}
-				return nil
-			}
+			// Not over a fence that appeared since prepare read the row. A
+			// deferred lease that changes gets its row now.
+			q = t.a.rowQuery(k, e, s)
 		case !bytes.Equal(s.token, e.token) || s.deadline != e.deadline:
 			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, deadline_ms = $4 WHERE db = $1 AND key = $2`,
 				args: []any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline)}}
@@ -367,7 +371,11 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 		c.e.state = c.s
 		if !c.e.row {
 			c.e.row = true
-			t.a.rows.Add(1)
+			if c.e.deferred {
+				t.a.rowless[c.k.db].Add(-1)
+			} else {
+				t.a.rows.Add(1)
+			}
 		}
 		t.a.arm(c.k, c.e)
 	}
@@ -384,33 +392,59 @@ func qsOf[T any](xs []T, f func(T) *query) []*query {
 	return qs
 }
 
-// read returns k's state: this process's lease, or the lease table's row.
+// read returns k's state: this process's lease, the lease table's row,
+// or, for a lock another instance holds without a row (deferred.go), that
+// instance's answer.
 func (a *advisory) read(ctx context.Context, k dbKey) (state, error) {
+	if s, ok := a.readOwn(k); ok {
+		return s, nil
+	}
+	s, in, rowless, err := a.readTable(ctx, k)
+	if err != nil || !rowless {
+		return s, err
+	}
+	if in == a.b.instance { // granted since readOwn looked
+		s, _ := a.readOwn(k)
+		return s, nil
+	}
+	if routed(ctx) {
+		return state{}, tryAgain(errors.New("the key's lock changed hands while a read was routed"))
+	}
+	rep, err := a.router.send(ctx, in, &routeReq{Op: "read", DB: k.db, Key: []byte(k.key)})
+	if err != nil {
+		return state{}, err
+	}
+	if err := rep.error(); err != nil {
+		return state{}, err
+	}
+	return state{present: rep.OK, token: rep.Tok, deadline: rep.N}, nil
+}
+
+// readOwn returns k's state when this process holds k's lock or keeps its
+// fence.
+func (a *advisory) readOwn(k dbKey) (state, bool) {
 	st := a.b.stripe(k)
 	st.mu.Lock()
-	if e := st.owned[k]; e != nil {
-		s, ok := e.fence(nowMS())
-		if e.valid() {
-			s, ok = e.state, true
-		}
-		if ok {
-			st.mu.Unlock()
-			return s, nil
-		}
+	defer st.mu.Unlock()
+	e := st.owned[k]
+	if e == nil {
+		return state{}, false
 	}
-	st.mu.Unlock()
-	s, _, err := a.readTable(ctx, k)
-	return s, err
+	if e.valid() {
+		return e.state, true
+	}
+	return e.fence(nowMS())
 }
 
 // countLive counts the rows of db whose holder session still holds the
-// lock (and whose deadline has not come by this process's clock), and the
-// fences.
+// lock (and whose deadline has not come by this process's clock), the
+// fences, and this instance's leases without a row yet (another
+// instance's are not counted: DBSIZE does not see them).
 func (a *advisory) countLive(ctx context.Context, db int, except [][]byte) (int64, error) {
 	var n int64
 	err := a.b.pool.QueryRow(ctx, `SELECT count(*) FROM `+a.b.table+` l WHERE l.db = $1 AND NOT (l.key = ANY($3))
 		AND ((l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder+` OR l.deadline_ms > `+pgNowMS+`)`, db, nowMS(), except).Scan(&n)
-	return n, err
+	return n + a.rowlessIn(db, except), err
 }
 
 // evalFast: the advisory strategy has no script fast path. A release runs
@@ -422,31 +456,46 @@ func (a *advisory) evalFast(context.Context, backend.Script, []dbKey, [][]byte, 
 
 // readTable reads k's lease row, if its holder session still holds the
 // lock, with the instance holding it; or its fence, held by no instance.
-func (a *advisory) readTable(ctx context.Context, k dbKey) (state, string, error) {
+// Without a row: rowless is true and in the instance whose holder session
+// holds the lock (deferred.go); otherwise the key is absent, or fenced by
+// a session that ended with row-less locks.
+func (a *advisory) readTable(ctx context.Context, k dbKey) (s state, in string, rowless bool, err error) {
 	var tok []byte
-	var exp *int64
-	var holder string
-	var live bool
-	err := a.b.retryRead(ctx, func() error {
-		return a.b.pool.QueryRow(ctx, `SELECT * FROM (SELECT l.token, l.deadline_ms, l.holder, `+heldByRowHolder+` AS live
-			FROM `+a.b.table+` l WHERE l.db = $1 AND l.key = $2) r
-			WHERE r.live OR r.deadline_ms > `+pgNowMS, k.db, []byte(k.key)).Scan(&tok, &exp, &holder, &live)
+	var exp, dead *int64
+	var holder, lockHolder *string
+	var live *bool
+	err = a.b.retryRead(ctx, func() error {
+		return a.b.pool.QueryRow(ctx, `SELECT r.token, r.deadline_ms, r.holder, r.live,
+				CASE WHEN r.holder IS NULL THEN `+a.lockHolderSQL("x.id")+` END,
+				CASE WHEN r.holder IS NULL THEN `+a.deadUntilSQL()+` END
+			FROM (SELECT hashtextextended($3::text, $1::int::bigint) AS id) x
+			LEFT JOIN LATERAL (SELECT * FROM (SELECT l.token, l.deadline_ms, l.holder, `+heldByRowHolder+` AS live
+				FROM `+a.b.table+` l WHERE l.db = $1 AND l.key = $2) r0 WHERE r0.live OR r0.deadline_ms > `+pgNowMS+`) r ON true`,
+			k.db, []byte(k.key), hashText(k.key)).Scan(&tok, &exp, &holder, &live, &lockHolder, &dead)
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return state{}, "", nil
+	switch {
+	case err != nil:
+		return state{}, "", false, err
+	case holder != nil && !*live:
+		return fenceState(*exp), "", false, nil
+	case holder != nil:
+		s := state{present: true, token: tok}
+		if exp != nil {
+			s.deadline = *exp
+		}
+		return s, instanceOf(*holder), false, nil
+	case lockHolder != nil:
+		return state{}, instanceOf(*lockHolder), true, nil
+	case dead != nil:
+		return fenceState(*dead), "", false, nil
 	}
-	if err != nil {
-		return state{}, "", err
-	}
-	if !live {
-		return fenceState(*exp), "", nil
-	}
-	s := state{present: true, token: tok}
-	if exp != nil {
-		s.deadline = *exp
-	}
-	in, _, _ := bytes.Cut([]byte(holder), []byte("/"))
-	return s, string(in), nil
+	return state{}, "", false, nil
+}
+
+// instanceOf is the instance of a holder name (instance/idx).
+func instanceOf(holder string) string {
+	in, _, _ := strings.Cut(holder, "/")
+	return in
 }
 
 // reapStale deletes, every Config.ReapInterval, the lease rows whose holder
@@ -463,6 +512,9 @@ func (a *advisory) reapStale() {
 		}
 		ctx, cancel := context.WithTimeout(a.b.ctx, a.b.cfg.OpTimeout)
 		_, err := a.b.pool.Exec(ctx, `DELETE FROM `+a.b.table+` l WHERE `+reapable)
+		if err == nil {
+			err = a.reapSessions(ctx)
+		}
 		cancel()
 		if err != nil && a.b.ctx.Err() == nil {
 			a.b.log.Warn("pgbridge: reaping stale lease rows", "err", err)

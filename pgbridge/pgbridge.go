@@ -50,6 +50,12 @@ type Config struct {
 	// that takes longer closes that connection, which releases its locks:
 	// a holder never waits on a client's deadline. default: 5s
 	OpTimeout time.Duration
+	// LeaseRowDelay (advisory) is how long a lock with a TTL of at most
+	// maxDeferredTTL (a minute) is held before its lease row is written: a
+	// lock released sooner never touches the lease table (deferred.go).
+	// Every instance answers the same whatever it is. 0 writes every row
+	// at once; lockproxy's default is 200ms. default: 0
+	LeaseRowDelay time.Duration
 	// ReapInterval is how often lease rows that mean nothing any more are
 	// deleted: expired ones (lease) and those whose holder session is gone
 	// (advisory). default: 10s
@@ -213,6 +219,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 5 * time.Second
+	}
+	if cfg.LeaseRowDelay < 0 {
+		return nil, fmt.Errorf("pgbridge: lease row delay %v is negative", cfg.LeaseRowDelay)
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
