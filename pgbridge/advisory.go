@@ -372,7 +372,7 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 		if !c.e.row {
 			c.e.row = true
 			if c.e.deferred {
-				t.a.rowless[c.k.db].Add(-1)
+				t.a.settled(c.k, c.e)
 			} else {
 				t.a.rows.Add(1)
 			}

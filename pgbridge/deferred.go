@@ -114,6 +114,7 @@ func (h *holder) registerSession(ctx context.Context, conn *pgx.Conn) error {
 	_, err := conn.Exec(ctx, `INSERT INTO `+h.a.b.cfg.Schema+`.sessions (pid, marker, holder)
 		VALUES (pg_backend_pid(), 'pg_temp.lockproxy_session_marker'::regclass, $1)`, h.name)
 	h.until = 0
+	h.rowless.Store(0)
 	return err
 }
 
@@ -232,9 +233,33 @@ func (a *advisory) writeRow(k dbKey, e *held) {
 		return
 	}
 	e.row = true
-	a.rowless[k.db].Add(-1)
+	a.settled(k, e)
 	a.arm(k, e)
 }
+
+// settled counts off a deferred lease that got its row or ended (its
+// stripe locked): its session's count of row-less locks falls with it.
+func (a *advisory) settled(k dbKey, e *held) {
+	a.rowless[k.db].Add(-1)
+	if e.gen == e.h.gen.Load() { // a later session counts from 0
+		e.h.rowless.Add(-1)
+	}
+}
+
+// lowerSQL sets the session's rowless_until_ms back to 0 once it has no
+// row-less lock: a session that ends then fences nothing beyond its rows.
+func (h *holder) lowerSQL() string {
+	return `UPDATE ` + h.a.b.cfg.Schema + `.sessions SET rowless_until_ms = 0
+		WHERE pid = pg_backend_pid() AND marker = 'pg_temp.lockproxy_session_marker'::regclass`
+}
+
+// lowerable reports whether the session may lower its rowless_until_ms:
+// it raised it, and every row-less lock it granted since has its row or
+// has ended. Grants are counted by the holder goroutine in the batch that
+// makes them, before any later batch of it decides; a batch that grants a
+// row-less lock raises instead. (A count that ends are subtracted from
+// late only delays the lowering.)
+func (h *holder) lowerable() bool { return h.until > 0 && h.rowless.Load() == 0 }
 
 // rowlessIn counts this instance's leases of db without a row, but for
 // the keys of except (whose stripes the caller holds).

@@ -15,7 +15,7 @@ func (a *advisory) drop(st *stripe, k dbKey, e *held) {
 		a.rows.Add(-1)
 	}
 	if e.deferred && !e.row {
-		a.rowless[k.db].Add(-1)
+		a.settled(k, e)
 	}
 	e.row, e.deferred = false, false
 	delete(st.owned, k)

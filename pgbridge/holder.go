@@ -22,14 +22,15 @@ import (
 // counts as lost: never answered as held by its owner, and, when it has a
 // deadline, a fence until then (fence.go).
 type holder struct {
-	a     *advisory
-	idx   int
-	name  string // holder column value: instance/idx
-	queue chan *query
-	check chan struct{} // a nudge to ping now: another holder's session was lost
-	gen   atomic.Uint64 // the session's generation; 0 while down
-	lost  atomic.Int64  // sessions lost
-	until int64         // the session's rowless_until_ms as last raised (deferred.go); the holder goroutine's own
+	a       *advisory
+	idx     int
+	name    string // holder column value: instance/idx
+	queue   chan *query
+	check   chan struct{} // a nudge to ping now: another holder's session was lost
+	gen     atomic.Uint64 // the session's generation; 0 while down
+	lost    atomic.Int64  // sessions lost
+	until   int64         // the session's rowless_until_ms as last set (deferred.go); the holder goroutine's own
+	rowless atomic.Int64  // row-less locks the session granted that have neither a row nor ended
 }
 
 // query is one statement for a holder: an acquire or a release, which
@@ -213,6 +214,12 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 			}
 			continue
 		case <-ping.C:
+			if h.lowerable() {
+				if err := h.lower(conn); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := h.ping(conn); err != nil {
 				return err
 			}
@@ -343,6 +350,17 @@ func readRows(br pgx.BatchResults, qs []*query, set func(q *query, ok bool, id i
 	return nil
 }
 
+// lower runs lowerSQL (deferred.go).
+func (h *holder) lower(conn *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(context.Background(), h.a.b.cfg.OpTimeout)
+	defer cancel()
+	if _, err := conn.Exec(ctx, h.lowerSQL()); err != nil {
+		return err
+	}
+	h.until = 0
+	return nil
+}
+
 func (h *holder) ping(conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), h.a.b.cfg.OpTimeout)
 	defer cancel()
@@ -462,6 +480,11 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 			h.until = raise
 		}
 		first = h.unfence(ctx, conn, acq)
+		for _, q := range acq {
+			if q.ok && q.deferred && first == nil {
+				h.rowless.Add(1) // before the acquire hears of it, and before the next batch
+			}
+		}
 	}
 	if first != nil {
 		h.gen.Store(0) // before anyone hears of the failure
