@@ -111,11 +111,84 @@ func (h *holder) registerSession(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS lockproxy_session_marker ()`); err != nil {
 		return err
 	}
-	_, err := conn.Exec(ctx, `INSERT INTO `+h.a.b.cfg.Schema+`.sessions (pid, marker, holder)
-		VALUES (pg_backend_pid(), 'pg_temp.lockproxy_session_marker'::regclass, $1)`, h.name)
+	err := conn.QueryRow(ctx, `INSERT INTO `+h.a.b.cfg.Schema+`.sessions (pid, marker, holder)
+		VALUES (pg_backend_pid(), 'pg_temp.lockproxy_session_marker'::regclass, $1) RETURNING pid, marker`, h.name).Scan(&h.pid, &h.marker)
 	h.until = 0
 	h.rowless.Store(0)
 	return err
+}
+
+// session is a holder session that was lost.
+type session struct {
+	h      *holder
+	gen    uint64
+	pid    int32
+	marker uint32
+}
+
+// fenceRowless runs when a holder session is lost while this instance
+// lives: it turns the session's row-less leases whose deadline lies ahead
+// into fence rows (holder_pid the lost session's) and, in the same
+// transaction, sets the session's rowless_until_ms to 0, so that the keys
+// it did not hold are free again at once instead of at rowless_until_ms.
+// Every row-less lock of the session that a client was told it holds is
+// among this instance's leases: a grant is stored under its stripe's lock
+// before the client hears of it, and this reads every stripe under its
+// lock. On failure the session's rowless_until_ms keeps fencing every key.
+func (a *advisory) fenceRowless(s session) {
+	type lostLease struct {
+		k dbKey
+		e *held
+	}
+	var ls []lostLease
+	var dbs []int32
+	var keys, toks [][]byte
+	var ids, dls []int64
+	now := nowMS()
+	for i := range a.b.stripes {
+		st := &a.b.stripes[i]
+		st.mu.Lock()
+		for k, e := range st.owned {
+			if e.h == s.h && e.gen == s.gen && e.deferred && !e.row && e.deadline > now {
+				ls = append(ls, lostLease{k, e})
+				dbs, keys, toks = append(dbs, int32(k.db)), append(keys, []byte(k.key)), append(toks, e.token)
+				ids, dls = append(ids, e.lockID), append(dls, e.deadline)
+			}
+		}
+		st.mu.Unlock()
+	}
+	ctx, cancel := context.WithTimeout(a.b.ctx, a.b.cfg.OpTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, a.b.pool, func(tx pgx.Tx) error {
+		if len(ls) > 0 {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+a.b.table+` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
+				SELECT u.db, u.key, u.id, u.token, u.dl, $6, $7 FROM unnest($1::int[], $2::bytea[], $3::bigint[], $4::bytea[], $5::bigint[]) AS u(db, key, id, token, dl)
+				ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
+					deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
+				WHERE t.deadline_ms IS NULL OR t.deadline_ms < EXCLUDED.deadline_ms`,
+				dbs, keys, ids, toks, dls, s.h.name, s.pid); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `UPDATE `+a.b.cfg.Schema+`.sessions SET rowless_until_ms = 0 WHERE pid = $1 AND marker = $2`, s.pid, s.marker)
+		return err
+	})
+	if err != nil {
+		if a.b.ctx.Err() == nil {
+			a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows: every key waits until they have ended", "holder", s.h.idx, "err", flatErr(err))
+		}
+		return
+	}
+	for _, l := range ls {
+		st := a.b.stripe(l.k)
+		st.mu.Lock()
+		if st.owned[l.k] == l.e && !l.e.row {
+			l.e.row = true // a fence now (fence.go); sweep counts it lost
+			a.settled(l.k, l.e)
+			a.arm(l.k, l.e) // its deadline ends it
+		}
+		st.mu.Unlock()
+	}
 }
 
 // raiseSQL raises the session's rowless_until_ms; it answers no row when
@@ -215,7 +288,12 @@ func (a *advisory) writeRow(k dbKey, e *held) {
 		return
 	}
 	if !e.valid() {
-		a.drop(st, k, e)
+		if _, fenced := e.fence(nowMS()); !fenced {
+			a.drop(st, k, e)
+			return
+		}
+		// Kept as a fence for fenceRowless; its deadline ends it.
+		e.timer = time.AfterFunc(time.Until(time.UnixMilli(e.deadline)), func() { a.expire(k, e) })
 		return
 	}
 	if e.deadline <= nowMS() {

@@ -30,7 +30,9 @@ type holder struct {
 	gen     atomic.Uint64 // the session's generation; 0 while down
 	lost    atomic.Int64  // sessions lost
 	until   int64         // the session's rowless_until_ms as last set (deferred.go); the holder goroutine's own
-	rowless atomic.Int64  // row-less locks the session granted that have neither a row nor ended
+	pid     int32         // the session's backend pid and marker (deferred.go); the holder goroutine's own
+	marker  uint32
+	rowless atomic.Int64 // row-less locks the session granted that have neither a row nor ended
 }
 
 // query is one statement for a holder: an acquire or a release, which
@@ -119,13 +121,15 @@ func (h *holder) run() {
 			default:
 			}
 		}
-		// Forget the lost leases in the background: an operation may hold
-		// a stripe while it waits for this holder, which must go on.
+		// Forget the lost leases in the background (fencing the row-less
+		// ones, deferred.go): an operation may hold a stripe while it waits
+		// for this holder, which must go on.
 		b.wg.Add(1)
-		go func() {
+		go func(lost session) {
 			defer b.wg.Done()
+			h.a.fenceRowless(lost)
 			h.a.sweep()
-		}()
+		}(session{h: h, gen: gen, pid: h.pid, marker: h.marker})
 	}
 	h.failQueued(errors.New("pgbridge: closed"), 0)
 }
