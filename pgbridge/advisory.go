@@ -363,7 +363,10 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 			continue
 		}
 		if c.q.err != nil || !c.s.present {
-			if st.owned[c.k] == c.e {
+			// A deferred lease without a row whose statement failed (its
+			// session ended) stays, a fence in memory only until
+			// fenceRowless writes its row (deferred.go).
+			if st.owned[c.k] == c.e && (c.q.err == nil || !c.e.deferred || c.e.row) {
 				t.a.drop(st, c.k, c.e)
 			}
 			continue

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,20 +20,9 @@ import (
 )
 
 // rowDelay is the Config.LeaseRowDelay of the tests that do not set their
-// own: LOCKPROXY_TEST_PG_ROW_DELAY (e.g. 200ms, lockproxy's default), or 0
-// (a row at once). Run the package both ways.
-func rowDelay(t *testing.T) time.Duration {
-	t.Helper()
-	v := os.Getenv("LOCKPROXY_TEST_PG_ROW_DELAY")
-	if v == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		t.Fatalf("LOCKPROXY_TEST_PG_ROW_DELAY=%q: %v", v, err)
-	}
-	return d
-}
+// own: LOCKPROXY_TEST_PG_ROW_DELAY, or lockproxy's default (200ms). Run
+// the package also with LOCKPROXY_TEST_PG_ROW_DELAY=0s (a row at once).
+func rowDelay(t *testing.T) time.Duration { return testsrv.PostgresRowDelay(t) }
 
 // newBackend starts a Backend of strategy on a fresh database of the
 // shared test server and closes it when the test ends.

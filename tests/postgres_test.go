@@ -53,7 +53,7 @@ func pgConn(t *testing.T, dsn string) *pgx.Conn {
 // of dsn.
 func startPostgresProxyOn(t *testing.T, dsn, strategy string) string {
 	t.Helper()
-	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn, Strategy: strategy})
+	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn, Strategy: strategy, LeaseRowDelay: testsrv.PostgresRowDelay(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +379,7 @@ func TestPostgresAdmin(t *testing.T) {
 	t.Parallel()
 	pg := testsrv.StartPostgres(t)
 	dsn := pg.NewDatabase(t)
-	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn})
+	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn, LeaseRowDelay: testsrv.PostgresRowDelay(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
