@@ -84,11 +84,20 @@ func TestPostgresSQLInterop(t *testing.T) {
 			if err := c.SetArgs(ctx, "sql:held", "tok", redis.SetArgs{Mode: "NX", TTL: 10 * time.Second}).Err(); err != nil {
 				t.Fatalf("SET NX once SQL unlocked = %v; want OK", err)
 			}
+			// The row: at once, or (advisory) once the lock has been held
+			// for the lease row delay.
 			var tok []byte
 			var left int64
-			if err := sql.QueryRow(ctx, `SELECT token, (extract(epoch from expires_at - now()) * 1000)::bigint FROM lockproxy.leases
-				WHERE db = 0 AND key = 'sql:held'`).Scan(&tok, &left); err != nil || string(tok) != "tok" || left <= 0 || left > 10000 {
-				t.Fatalf("lease row = %q, %d ms left, %v", tok, left, err)
+			for end := time.Now().Add(testsrv.PostgresRowDelay(t) + 5*time.Second); ; {
+				err := sql.QueryRow(ctx, `SELECT token, (extract(epoch from expires_at - now()) * 1000)::bigint FROM lockproxy.leases
+					WHERE db = 0 AND key = 'sql:held'`).Scan(&tok, &left)
+				if err == nil && string(tok) == "tok" && left > 0 && left <= 10000 {
+					break
+				}
+				if !errors.Is(err, pgx.ErrNoRows) || time.Now().After(end) {
+					t.Fatalf("lease row = %q, %d ms left, %v", tok, left, err)
+				}
+				time.Sleep(20 * time.Millisecond) // polling for the deferred row
 			}
 			if strategy != pgbridge.Advisory {
 				return // the lease strategy holds no session lock between operations
