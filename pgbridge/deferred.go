@@ -213,6 +213,25 @@ func (h *holder) checkSQL() string {
 		CROSS JOIN (SELECT ` + h.a.deadUntilSQL() + ` AS until) g ORDER BY u.ord`
 }
 
+// checkDeadSQL is checkSQL for a batch without deferred acquires (whose
+// rows' INSERT checked their fences): only the ended sessions, one row.
+func (h *holder) checkDeadSQL() string { return `SELECT ` + h.a.deadUntilSQL() }
+
+// readDeadCheck reads checkDeadSQL's row: while an ended session's
+// row-less locks may be live, every acquire that took its lock is refused.
+func readDeadCheck(br pgx.BatchResults, qs []*query) error {
+	var until *int64
+	if err := br.QueryRow().Scan(&until); err != nil {
+		return err
+	}
+	for _, q := range qs {
+		if until != nil && q.ok {
+			q.fenced = true
+		}
+	}
+	return nil
+}
+
 func checkArgs(qs []*query) []any {
 	dbs, keys, ds := make([]int32, len(qs)), make([][]byte, len(qs)), make([]bool, len(qs))
 	for i, q := range qs {

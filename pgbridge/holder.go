@@ -419,9 +419,9 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 		pb.Queue(h.releaseSQL(relRows), releaseArgs(rel, relRows)...)
 	}
 	var raise int64 // the session's new rowless_until_ms, if it must rise
+	var need int64  // the latest deadline of a deferred acquire (0: none)
 	if len(acq) > 0 {
 		pb.Queue(h.acquireSQL(), h.acquireArgs(acq)...)
-		var need int64
 		for _, q := range acq {
 			if q.deferred {
 				need = max(need, q.dl)
@@ -431,7 +431,11 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 			raise = addMS(need, rowlessSlack.Milliseconds())
 			pb.Queue(h.raiseSQL(), raise)
 		}
-		pb.Queue(h.checkSQL(), checkArgs(acq)...)
+		if need > 0 {
+			pb.Queue(h.checkSQL(), checkArgs(acq)...)
+		} else {
+			pb.Queue(h.checkDeadSQL())
+		}
 	}
 	for _, q := range stmts {
 		pb.Queue(q.sql, q.args...)
@@ -466,7 +470,11 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 				note(err)
 			}
 		}
-		note(readChecks(br, acq))
+		if need > 0 {
+			note(readChecks(br, acq))
+		} else {
+			note(readDeadCheck(br, acq))
+		}
 	}
 	for _, q := range stmts {
 		if q.scan != nil {
