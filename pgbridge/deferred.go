@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -360,6 +361,48 @@ func (h *holder) lowerSQL() string {
 // row-less lock raises instead. (A count that ends are subtracted from
 // late only delays the lowering.)
 func (h *holder) lowerable() bool { return h.until > 0 && h.rowless.Load() == 0 }
+
+// drainWait bounds drain: a holder lowers its rowless_until_ms at its
+// next ping (pingEvery).
+const drainWait = pingEvery + time.Second
+
+// drain runs at a graceful Close: it writes the rows of the deferred
+// leases that have none and waits (up to drainWait) until every holder
+// session of this instance has lowered its rowless_until_ms, so that the
+// end of its sessions fences their keys (their rows) rather than every key
+// of the database. A SIGKILL skips it: then every key waits (deferred.go).
+func (a *advisory) drain(ctx context.Context) {
+	if a.b.cfg.LeaseRowDelay == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, drainWait)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range a.b.stripes {
+		st := &a.b.stripes[i]
+		st.mu.Lock()
+		for k, e := range st.owned {
+			if e.deferred && !e.row && e.valid() {
+				wg.Go(func() { a.writeRow(k, e) })
+			}
+		}
+		st.mu.Unlock()
+	}
+	wg.Wait()
+	for {
+		var n int
+		err := a.b.pool.QueryRow(ctx, `SELECT count(*) FROM `+a.b.cfg.Schema+`.sessions s
+			WHERE s.holder LIKE $1 AND s.rowless_until_ms > 0 AND NOT `+markerGone, a.b.instance+"/%").Scan(&n)
+		if err != nil || n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond): // polling for the holders' pings
+		}
+	}
+}
 
 // rowlessIn counts this instance's leases of db without a row, but for
 // the keys of except (whose stripes the caller holds).

@@ -166,9 +166,10 @@ type strategy interface {
 	infoLines() []string
 
 	// check reports whether the strategy can serve (backend.Checker);
-	// close stops what Backend.ctx does not (before Backend.wg is waited
-	// for).
+	// drain runs first in Close, while everything still runs; close stops
+	// what Backend.ctx does not (before Backend.wg is waited for).
 	check(ctx context.Context) error
+	drain(ctx context.Context)
 	close()
 }
 
@@ -344,6 +345,7 @@ func (b *Backend) createSchema(ctx context.Context) error {
 // Close stops background work, closes the holder connections (which
 // releases every advisory lock this process holds) and the pool.
 func (b *Backend) Close(ctx context.Context) error {
+	b.store.drain(ctx)
 	b.cancel()
 	b.store.close()
 	b.wg.Wait()

@@ -207,7 +207,9 @@ func clientCounterAcross(t *testing.T, cs []*redis.Client) {
 
 // TestPostgresInstanceKilled: the locks of a lockproxy process killed with
 // SIGKILL stay until their TTL, in both strategies: the lease rows of the
-// advisory strategy fence the keys once the sessions holding them end.
+// advisory strategy fence the keys once the sessions holding them end; a
+// lock killed before its deferred row is fenced, with every other key, by
+// its session's rowless_until_ms.
 func TestPostgresInstanceKilled(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "lockproxy")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/lockproxy").CombinedOutput(); err != nil {
@@ -220,7 +222,7 @@ func TestPostgresInstanceKilled(t *testing.T) {
 			other, dsn := testsrv.StartPostgresProxy(t, strategy)
 			addr := "127.0.0.1:" + strconv.Itoa(testsrv.FreePort(t))
 			cmd := exec.Command(bin, "--backend", "postgres", "--postgres-dsn", dsn, "--postgres-strategy", strategy,
-				"--listen", addr, "--admin-listen", "")
+				"--postgres-lease-row-delay", testsrv.PostgresRowDelay(t).String(), "--listen", addr, "--admin-listen", "")
 			cmd.Stderr = os.Stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -241,6 +243,13 @@ func TestPostgresInstanceKilled(t *testing.T) {
 			cmd.Wait()
 			start := time.Now()
 			c := pgClient(t, other)
+			// Killed before the lock's row (advisory, deferred rows): its
+			// session's rowless_until_ms holds every key, not only its own.
+			if strategy == pgbridge.Advisory && testsrv.PostgresRowDelay(t) > 0 {
+				if err := c.SetArgs(ctx, "kill:other", "other", redis.SetArgs{Mode: "NX", TTL: time.Second}).Err(); !errors.Is(err, redis.Nil) {
+					t.Errorf("SET NX of another key right after the kill = %v; want nil while the killed session's row-less locks may live", err)
+				}
+			}
 			for {
 				err := c.SetArgs(ctx, "kill:k", "other", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err()
 				if err == nil {
