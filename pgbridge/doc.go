@@ -70,8 +70,8 @@
 //
 // The two strategies share one Backend (the stripes, the engine, the
 // KeySpace methods): a strategy (the interface in pgbridge.go; advisory.go
-// with holder.go, route.go, fence.go, horizon.go and expiry.go, or
-// lease.go) owns everything in which they differ: the lease table's
+// with holder.go, read.go, route.go, fence.go, deferred.go, horizon.go and
+// expiry.go, or lease.go) owns everything in which they differ: the lease table's
 // persistence and its own tables, its background work, the fast paths of
 // SET NX and of the catalogued scripts, what becomes of a write on a key
 // held beyond reach (advisory routes it; lease answers TRYAGAIN), and its

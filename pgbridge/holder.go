@@ -354,17 +354,6 @@ func readRows(br pgx.BatchResults, qs []*query, set func(q *query, ok bool, id i
 	return nil
 }
 
-// lower runs lowerSQL (deferred.go).
-func (h *holder) lower(conn *pgx.Conn) error {
-	ctx, cancel := context.WithTimeout(context.Background(), h.a.b.cfg.OpTimeout)
-	defer cancel()
-	if _, err := conn.Exec(ctx, h.lowerSQL()); err != nil {
-		return err
-	}
-	h.until = 0
-	return nil
-}
-
 func (h *holder) ping(conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), h.a.b.cfg.OpTimeout)
 	defer cancel()
@@ -511,33 +500,4 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 		close(q.done)
 	}
 	return first
-}
-
-// unfence releases again the locks of acquires that the fence check
-// refused (and deletes the rows those with rows wrote): they answer "not
-// acquired".
-func (h *holder) unfence(ctx context.Context, conn *pgx.Conn, acq []*query) error {
-	var rel []*query
-	for _, q := range acq {
-		if q.ok && q.fenced {
-			q.ok = false
-			rel = append(rel, &query{k: q.k, id: q.id, row: !q.deferred})
-		}
-	}
-	if len(rel) == 0 {
-		return nil
-	}
-	var pb pgx.Batch
-	pb.Queue(h.releaseSQL(true), releaseArgs(rel, true)...)
-	br := conn.SendBatch(ctx, &pb)
-	err := readRows(br, rel, func(_ *query, ok bool, _ int64) error {
-		if !ok {
-			return errors.New("pg_advisory_unlock: the holder session did not hold the lock")
-		}
-		return nil
-	})
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -120,7 +120,8 @@ type state struct {
 // its background work, its fast paths for the commands every lock client
 // sends, what becomes of an operation on a key held beyond reach, and the
 // figures it reports. advisory (advisory.go and the advisory-only files
-// holder.go, route.go, fence.go, horizon.go, expiry.go) and leaseStore
+// holder.go, read.go, route.go, fence.go, deferred.go, horizon.go,
+// expiry.go) and leaseStore
 // (lease.go) implement it; New picks one by Config.Strategy and nothing
 // else looks at Config.Strategy. (One Backend with a strategy rather than
 // two Backend types: the KeySpace methods, the engine and the stripes are
