@@ -3,7 +3,6 @@ package pgbridge
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -23,8 +22,9 @@ type advisory struct {
 	b       *Backend
 	holders []*holder
 	router  *router
-	rows    atomic.Int64  // leases with a row (the locks this instance holds)
-	expired atomic.Uint64 // leases its timers ended at their deadlines (expiry.go)
+	rows    atomic.Int64                    // leases (the locks this instance holds), with a row or deferred
+	rowless [backend.Databases]atomic.Int64 // deferred leases without a row yet, by db (deferred.go)
+	expired atomic.Uint64                   // leases its timers ended at their deadlines (expiry.go)
 
 	epoch      time.Time    // the monotonic origin of quarantine
 	quarantine atomic.Int64 // no lock is taken before epoch + this (horizon.go)
@@ -33,15 +33,18 @@ type advisory struct {
 }
 
 // held is a key this process holds the advisory lock of. row is false for
-// a key locked only for the length of one operation on an absent key.
+// a key locked only for the length of one operation on an absent key, and
+// for a deferred lease (deferred.go) until its row is written.
 type held struct {
 	state
-	lockID int64
-	h      *holder
-	gen    uint64
-	row    bool
-	lost   bool // kept as a fence after its session was lost; no longer counted in rows
-	timer  *time.Timer
+	lockID   int64
+	h        *holder
+	gen      uint64
+	row      bool
+	deferred bool  // granted without a row (its row is written granted+LeaseRowDelay)
+	granted  int64 // deferred: when, Unix ms
+	lost     bool  // kept as a fence after its session was lost; no longer counted in rows
+	timer    *time.Timer
 }
 
 // valid reports whether the session that took the lock is still the
@@ -69,7 +72,9 @@ func newAdvisory(b *Backend) *advisory {
 // (horizon.go).
 func (a *advisory) logged() bool { return false }
 
-func (a *advisory) extraDDL() []string { return []string{horizonDDL(a.b.cfg.Schema)} }
+func (a *advisory) extraDDL() []string {
+	return []string{horizonDDL(a.b.cfg.Schema), sessionsDDL(a.b.cfg.Schema)}
+}
 
 // start LISTENs for routed operations, starts the holder sessions and the
 // reaper of stale rows, and returns once every holder session is up.
@@ -145,17 +150,22 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 		return backend.SetResult{}, true, err
 	}
 	h := a.holderOf(k)
-	q := &query{kind: qAcquire, k: k, token: token, dl: deadline}
+	deferred := a.deferrable(deadline, now.UnixMilli())
+	q := &query{kind: qAcquire, k: k, token: token, dl: deadline, deferred: deferred}
 	h.submit(q)
 	if err := do(q); err != nil {
 		return backend.SetResult{}, true, tryAgain(err)
 	}
-	if !q.ok { // held, or fenced (the statement unlocked it again)
+	if !q.ok { // held, or fenced (the batch unlocked it again)
 		return backend.SetResult{}, true, nil
 	}
-	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen, row: true}
+	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen,
+		row: !deferred, deferred: deferred, granted: now.UnixMilli()}
 	st.owned[k] = e
 	a.rows.Add(1)
+	if deferred {
+		a.rowless[k.db].Add(1)
+	}
 	a.arm(k, e)
 	return backend.SetResult{Written: true}, true, nil
 }
@@ -199,32 +209,37 @@ func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 	if len(need) == 0 {
 		return t, nil
 	}
-	qs := make([]*query, len(need))
+	qs := make([]*query, 2*len(need))
 	got := make([]bool, len(need))
 	ids := make([]int64, len(need))
 	fences := make([]*int64, len(need))
 	for i, k := range need {
-		// The fence is read in the statement's snapshot, taken before the
-		// lock: a fence committed in between is caught by commit's write.
-		qs[i] = &query{sql: `SELECT pg_try_advisory_lock(hashtextextended($1::text, $2::int::bigint)), hashtextextended($1::text, $2::int::bigint),
-				(SELECT f.deadline_ms FROM ` + a.b.table + ` f WHERE f.db = $2 AND f.key = $3 AND ` + fencedBy("f") + `)`,
-			args: []any{hashText(k.key), k.db, []byte(k.key)}, locks: true,
-			scan: func(r pgx.Row) error { return r.Scan(&got[i], &ids[i], &fences[i]) }}
-		a.holderOf(k).submit(qs[i])
+		qs[2*i] = &query{sql: `SELECT pg_try_advisory_lock(hashtextextended($1::text, $2::int::bigint)), hashtextextended($1::text, $2::int::bigint)`,
+			args: []any{hashText(k.key), k.db}, locks: true,
+			scan: func(r pgx.Row) error { return r.Scan(&got[i], &ids[i]) }}
+		// The fences are read by the next statement on the same session,
+		// whose snapshot is newer than the lock (deferred.go): a fence row,
+		// or a session that ended with row-less locks.
+		qs[2*i+1] = &query{sql: `SELECT GREATEST((SELECT f.deadline_ms FROM ` + a.b.table + ` f WHERE f.db = $1 AND f.key = $2 AND ` + fencedBy("f") + `), ` + a.deadUntilSQL() + `)`,
+			args: []any{k.db, []byte(k.key)},
+			scan: func(r pgx.Row) error { return r.Scan(&fences[i]) }}
+		h := a.holderOf(k)
+		h.submit(qs[2*i])
+		h.submit(qs[2*i+1])
 	}
 	err := do(qs...)
 	var he heldError
 	for i, k := range need {
 		switch {
-		case qs[i].err == nil && got[i]:
+		case qs[2*i].err == nil && got[i]:
 			st := a.b.stripe(k)
-			st.owned[k] = &held{lockID: ids[i], h: a.holderOf(k), gen: qs[i].gen}
+			st.owned[k] = &held{lockID: ids[i], h: a.holderOf(k), gen: qs[2*i].gen}
 			t.states[k] = state{}
 			t.fresh = append(t.fresh, k)
 			if fences[i] != nil {
 				t.fence(k, fenceState(*fences[i]))
 			}
-		case qs[i].err == nil:
+		case qs[2*i].err == nil:
 			he.keys = append(he.keys, k)
 		}
 	}
@@ -236,7 +251,7 @@ func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 		return nil, err
 	}
 	for _, k := range he.keys {
-		_, in, rerr := a.readTable(ctx, k)
+		_, in, _, rerr := a.readTable(ctx, k)
 		if rerr != nil {
 			return nil, rerr
 		}
@@ -270,7 +285,7 @@ func (t *advTx) unlock(keys []dbKey) {
 		if e == nil || !e.valid() {
 			continue
 		}
-		q := &query{kind: qRelease, k: k, id: e.lockID, want: e.gen}
+		q := &query{kind: qRelease, k: k, id: e.lockID, row: e.row, want: e.gen}
 		e.h.submit(q)
 		qs = append(qs, q)
 	}
@@ -320,24 +335,11 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 		var q *query
 		switch {
 		case !s.present:
-			q = &query{kind: qRelease, k: k, id: e.lockID}
+			q = &query{kind: qRelease, k: k, id: e.lockID, row: e.row}
 		case !e.row:
-			// Not over a fence that appeared since prepare read the row.
-			q = &query{sql: `INSERT INTO ` + b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
-				VALUES ($1, $2, $3, $4, $5, $6, pg_backend_pid())
-				ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
-					deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
-				WHERE NOT ` + fencedBy("t") + ` RETURNING 1`,
-				args: []any{k.db, []byte(k.key), e.lockID, s.token, deadlineParam(s.deadline), e.h.name}}
-			q.scan = func(r pgx.Row) error {
-				var one int
-				if err := r.Scan(&one); errors.Is(err, pgx.ErrNoRows) {
-					q.fenced = true
-				} else if err != nil {
-					return err
-				}
-				return nil
-			}
+			// Not over a fence that appeared since prepare read the row. A
+			// deferred lease that changes gets its row now.
+			q = t.a.rowQuery(k, e, s)
 		case !bytes.Equal(s.token, e.token) || s.deadline != e.deadline:
 			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, deadline_ms = $4 WHERE db = $1 AND key = $2`,
 				args: []any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline)}}
@@ -359,7 +361,10 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 			continue
 		}
 		if c.q.err != nil || !c.s.present {
-			if st.owned[c.k] == c.e {
+			// A deferred lease without a row whose statement failed (its
+			// session ended) stays, a fence in memory only until
+			// fenceRowless writes its row (deferred.go).
+			if st.owned[c.k] == c.e && (c.q.err == nil || !c.e.deferred || c.e.row) {
 				t.a.drop(st, c.k, c.e)
 			}
 			continue
@@ -367,7 +372,11 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 		c.e.state = c.s
 		if !c.e.row {
 			c.e.row = true
-			t.a.rows.Add(1)
+			if c.e.deferred {
+				t.a.settled(c.k, c.e)
+			} else {
+				t.a.rows.Add(1)
+			}
 		}
 		t.a.arm(c.k, c.e)
 	}
@@ -384,33 +393,15 @@ func qsOf[T any](xs []T, f func(T) *query) []*query {
 	return qs
 }
 
-// read returns k's state: this process's lease, or the lease table's row.
-func (a *advisory) read(ctx context.Context, k dbKey) (state, error) {
-	st := a.b.stripe(k)
-	st.mu.Lock()
-	if e := st.owned[k]; e != nil {
-		s, ok := e.fence(nowMS())
-		if e.valid() {
-			s, ok = e.state, true
-		}
-		if ok {
-			st.mu.Unlock()
-			return s, nil
-		}
-	}
-	st.mu.Unlock()
-	s, _, err := a.readTable(ctx, k)
-	return s, err
-}
-
 // countLive counts the rows of db whose holder session still holds the
-// lock (and whose deadline has not come by this process's clock), and the
-// fences.
+// lock (and whose deadline has not come by this process's clock), the
+// fences, and this instance's leases without a row yet (another
+// instance's are not counted: DBSIZE does not see them).
 func (a *advisory) countLive(ctx context.Context, db int, except [][]byte) (int64, error) {
 	var n int64
 	err := a.b.pool.QueryRow(ctx, `SELECT count(*) FROM `+a.b.table+` l WHERE l.db = $1 AND NOT (l.key = ANY($3))
 		AND ((l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder+` OR l.deadline_ms > `+pgNowMS+`)`, db, nowMS(), except).Scan(&n)
-	return n, err
+	return n + a.rowlessIn(db, except), err
 }
 
 // evalFast: the advisory strategy has no script fast path. A release runs
@@ -418,35 +409,6 @@ func (a *advisory) countLive(ctx context.Context, db int, except [][]byte) (int6
 // others of its batch into one statement.
 func (a *advisory) evalFast(context.Context, backend.Script, []dbKey, [][]byte, bool) (backend.Value, bool, error) {
 	return backend.Value{}, false, nil
-}
-
-// readTable reads k's lease row, if its holder session still holds the
-// lock, with the instance holding it; or its fence, held by no instance.
-func (a *advisory) readTable(ctx context.Context, k dbKey) (state, string, error) {
-	var tok []byte
-	var exp *int64
-	var holder string
-	var live bool
-	err := a.b.retryRead(ctx, func() error {
-		return a.b.pool.QueryRow(ctx, `SELECT * FROM (SELECT l.token, l.deadline_ms, l.holder, `+heldByRowHolder+` AS live
-			FROM `+a.b.table+` l WHERE l.db = $1 AND l.key = $2) r
-			WHERE r.live OR r.deadline_ms > `+pgNowMS, k.db, []byte(k.key)).Scan(&tok, &exp, &holder, &live)
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return state{}, "", nil
-	}
-	if err != nil {
-		return state{}, "", err
-	}
-	if !live {
-		return fenceState(*exp), "", nil
-	}
-	s := state{present: true, token: tok}
-	if exp != nil {
-		s.deadline = *exp
-	}
-	in, _, _ := bytes.Cut([]byte(holder), []byte("/"))
-	return s, string(in), nil
 }
 
 // reapStale deletes, every Config.ReapInterval, the lease rows whose holder
@@ -463,6 +425,9 @@ func (a *advisory) reapStale() {
 		}
 		ctx, cancel := context.WithTimeout(a.b.ctx, a.b.cfg.OpTimeout)
 		_, err := a.b.pool.Exec(ctx, `DELETE FROM `+a.b.table+` l WHERE `+reapable)
+		if err == nil {
+			err = a.reapSessions(ctx)
+		}
 		cancel()
 		if err != nil && a.b.ctx.Err() == nil {
 			a.b.log.Warn("pgbridge: reaping stale lease rows", "err", err)

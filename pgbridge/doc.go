@@ -6,7 +6,9 @@
 // pg_advisory_lock(hashtextextended('lock:x', 0)). (A key that is not
 // valid UTF-8, or holds a NUL byte, hashes the text \x followed by its hex
 // digits.) Every lock has a row in <schema>.leases (db, key, lock_id, token,
-// expires_at, holder, holder_pid) that operators can read and delete.
+// expires_at, holder, holder_pid) that operators can read and delete; in
+// the advisory strategy with Config.LeaseRowDelay, only once it has been
+// held that long (deferred.go: a lock released sooner never writes one).
 //
 // Two strategies:
 //
@@ -20,19 +22,23 @@
 //     UNLOGGED, since a row means nothing without the session holding the
 //     lock or its deadline. Other instances read rows whose holder session
 //     still holds the lock (checked in pg_locks), and route writes on such
-//     keys to the holding instance with LISTEN/NOTIFY. A holder session that
-//     ends (an error, pg_terminate_backend, a restart of PostgreSQL, the
-//     instance's end) takes its advisory locks with it, while their clients
-//     still believe they hold them until their TTLs: so a lost lease with a
-//     deadline fences its key until that deadline (fence.go): its row stays
-//     and counts as held by nobody (SET NX nil, release and extend 0, GET the
-//     token lockproxy:lost-lease), on every instance; the instance that lost
-//     it keeps it in memory too. A lost lease without a deadline is lost at
-//     once (nothing bounds it, as with a Redis that crashes without
-//     persistence). A crash or immediate shutdown of PostgreSQL also empties
-//     the UNLOGGED table: every instance records in a LOGGED table how far
-//     its leases reach (horizon.go), and after a restart takes no lock
-//     (TRYAGAIN) until the leases granted before it have ended.
+//     keys to the holding instance with LISTEN/NOTIFY; a lock without a row
+//     yet (deferred.go) is found in pg_locks, and reads of it are routed
+//     too. A holder session that ends (an error, pg_terminate_backend, a
+//     restart of PostgreSQL, the instance's end) takes its advisory locks
+//     with it, while their clients still believe they hold them until their
+//     TTLs: so a lost lease with a deadline fences its key until that
+//     deadline (fence.go): its row stays and counts as held by nobody (SET
+//     NX nil, release and extend 0, GET the token lockproxy:lost-lease), on
+//     every instance; the instance that lost it keeps it in memory too. A
+//     lost lease without a deadline is lost at once (nothing bounds it, as with a Redis that crashes without
+//     persistence). A lost lease without a row yet is fenced by its
+//     session's rowless_until_ms, which holds every key until the instance
+//     writes its fence row (deferred.go). A crash or immediate shutdown of
+//     PostgreSQL also empties the UNLOGGED table: every instance records in
+//     a LOGGED table how far its leases reach (horizon.go), and after a
+//     restart takes no lock (TRYAGAIN) until the leases granted before it
+//     have ended.
 //   - lease: the (logged) lease table is the truth and PostgreSQL's clock
 //     the only clock. Each write is one transaction that takes
 //     pg_try_advisory_xact_lock on its keys and reads and writes their rows
@@ -64,8 +70,8 @@
 //
 // The two strategies share one Backend (the stripes, the engine, the
 // KeySpace methods): a strategy (the interface in pgbridge.go; advisory.go
-// with holder.go, route.go, fence.go, horizon.go and expiry.go, or
-// lease.go) owns everything in which they differ: the lease table's
+// with holder.go, read.go, route.go, fence.go, deferred.go, horizon.go and
+// expiry.go, or lease.go) owns everything in which they differ: the lease table's
 // persistence and its own tables, its background work, the fast paths of
 // SET NX and of the catalogued scripts, what becomes of a write on a key
 // held beyond reach (advisory routes it; lease answers TRYAGAIN), and its

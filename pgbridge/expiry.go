@@ -11,10 +11,13 @@ func (a *advisory) drop(st *stripe, k dbKey, e *held) {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
-	if e.row && !e.lost {
+	if (e.row || e.deferred) && !e.lost {
 		a.rows.Add(-1)
 	}
-	e.row = false
+	if e.deferred && !e.row {
+		a.settled(k, e)
+	}
+	e.row, e.deferred = false, false
 	delete(st.owned, k)
 }
 
@@ -25,6 +28,12 @@ func (a *advisory) arm(k dbKey, e *held) {
 	if e.timer != nil {
 		e.timer.Stop()
 		e.timer = nil
+	}
+	if e.deferred && !e.row {
+		if at := e.granted + a.b.cfg.LeaseRowDelay.Milliseconds(); at < e.deadline {
+			e.timer = time.AfterFunc(time.Until(time.UnixMilli(at)), func() { a.writeRow(k, e) })
+			return
+		}
 	}
 	if e.deadline == 0 {
 		return
@@ -49,7 +58,7 @@ func (a *advisory) expire(k dbKey, e *held) {
 		a.arm(k, e) // extended meanwhile
 		return
 	}
-	q := &query{kind: qRelease, k: k, id: e.lockID, want: e.gen}
+	q := &query{kind: qRelease, k: k, id: e.lockID, row: e.row, want: e.gen}
 	e.h.submit(q)
 	do(q) // on failure the session ended, and the lock with it
 	a.drop(st, k, e)

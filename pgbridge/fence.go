@@ -50,9 +50,10 @@ func fenceState(deadline int64) state {
 
 // fence returns the fence that e, a lease of this instance, left when its
 // session was lost: ok is false for a lease that is still valid or fences
-// nothing any more.
+// nothing any more. A deferred lease without a row is kept as a fence too:
+// fenceRowless (deferred.go) must find it to write its fence row.
 func (e *held) fence(now int64) (state, bool) {
-	if e.valid() || !e.row || e.deadline == 0 || e.deadline <= now {
+	if e.valid() || !(e.row || e.deferred) || e.deadline == 0 || e.deadline <= now {
 		return state{}, false
 	}
 	return fenceState(e.deadline), true

@@ -2,6 +2,7 @@ package pgbridge_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,9 @@ func newBackendCfg(t *testing.T, cfg pgbridge.Config) *pgbridge.Backend {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if cfg.LeaseRowDelay == 0 {
+		cfg.LeaseRowDelay = rowDelay(t)
+	}
 	b, err := pgbridge.New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("pgbridge.New: %v", err)
@@ -46,13 +50,75 @@ func newBackendCfg(t *testing.T, cfg pgbridge.Config) *pgbridge.Backend {
 // 0, a DEL TRYAGAIN; once the deadline has passed the key is free. A lost
 // lock without a TTL fences nothing. (Without fences the other instance
 // took the key at once.)
+//
+// With deferred rows (LeaseRowDelay 200ms) the lease ends before its row
+// is written: the session's rowless_until_ms fences every key instead, the
+// lock without a TTL's too, until the losing instance notices the loss
+// and writes the fence rows of its row-less leases (deferred.go).
 func TestFence(t *testing.T) {
-	t.Parallel()
+	for _, delay := range []time.Duration{0, 200 * time.Millisecond} {
+		t.Run(fmt.Sprintf("row-delay=%v", delay), func(t *testing.T) {
+			t.Parallel()
+			testFence(t, delay)
+		})
+	}
+}
+
+// killHolders ends, with pg_terminate_backend, the sessions holding the
+// advisory locks of keys (database 0), and waits until they are gone.
+func killHolders(t *testing.T, dsn string, keys ...string) {
+	t.Helper()
+	ctx := t.Context()
+	sql, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(context.Background())
+	const holders = `SELECT p.pid FROM pg_locks p JOIN unnest($1::text[]) k ON p.locktype = 'advisory' AND p.granted AND p.objsubid = 1
+		AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND p.classid = ((hashtextextended(k, 0) >> 32) & 4294967295)::oid AND p.objid = (hashtextextended(k, 0) & 4294967295)::oid`
+	var pids []int32
+	rows, err := sql.Query(ctx, holders, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var pid int32
+		if err := rows.Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	if rows.Close(); rows.Err() != nil || len(pids) == 0 {
+		t.Fatalf("holders of %q: %v, %v", keys, pids, rows.Err())
+	}
+	if _, err := sql.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid`, pids); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); ; {
+		var n int
+		if err := sql.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatal("the terminated holder sessions are still there after 10s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the sessions' exit
+	}
+}
+
+func testFence(t *testing.T, delay time.Duration) {
 	ctx := t.Context()
 	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
-	cfg := pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, ReapInterval: 20 * time.Millisecond}
-	a, b := newBackendCfg(t, cfg), newBackendCfg(t, cfg)
-	const ttl = 3 * time.Second
+	cfg := pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, ReapInterval: 20 * time.Millisecond, LeaseRowDelay: delay}
+	a, b := newBackendStrict(t, cfg), newBackendStrict(t, cfg)
+	// A deferred lease's fence lasts until the session's rowless_until_ms:
+	// its deadline plus up to a second.
+	maxLeft := ttlOf(delay, 5*time.Second)
+	const ttl = 5 * time.Second
 	start := time.Now() // validity counts from the acquire's start
 	if r, err := a.Set(ctx, 0, "f", []byte("tok"), nx(ttl)); err != nil || !r.Written {
 		t.Fatalf("SET NX = %+v, %v", r, err)
@@ -60,38 +126,31 @@ func TestFence(t *testing.T) {
 	if r, err := a.Set(ctx, 0, "forever", []byte("tok"), backend.SetOptions{Cond: backend.IfAbsent}); err != nil || !r.Written {
 		t.Fatalf("SET NX without TTL = %+v, %v", r, err)
 	}
-	sql, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sql.Close(context.Background())
 	// End a's holder sessions and wait until PostgreSQL has let go of them.
-	if _, err := sql.Exec(ctx, `SELECT pg_terminate_backend(holder_pid) FROM lockproxy.leases`); err != nil {
-		t.Fatal(err)
-	}
-	for end := time.Now().Add(10 * time.Second); ; {
-		var n int
-		if err := sql.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity a JOIN lockproxy.leases l ON a.pid = l.holder_pid`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
+	killHolders(t, dsn, "f", "forever")
+	// The lock without a TTL is lost: the other instance takes it (with
+	// deferred rows once the losing instance has noticed the loss and
+	// written the row-less leases' fence rows, before f's deadline).
+	for {
+		r, err := b.Set(ctx, 0, "forever", []byte("b"), nx(time.Minute))
+		if err == nil && r.Written {
 			break
 		}
-		if time.Now().After(end) {
-			t.Fatal("the terminated holder sessions are still there after 10s")
+		if err != nil || delay == 0 || time.Since(start) > ttl-time.Second {
+			t.Fatalf("SET NX of a lost lock without TTL %v after the grants = %+v, %v; want written", time.Since(start), r, err)
 		}
-		time.Sleep(10 * time.Millisecond) // polling for the sessions' exit
-	}
-	// The lock without a TTL is lost: the other instance takes it.
-	if r, err := b.Set(ctx, 0, "forever", []byte("b"), nx(time.Minute)); err != nil || !r.Written {
-		t.Errorf("SET NX of a lost lock without TTL = %+v, %v; want written", r, err)
+		time.Sleep(20 * time.Millisecond) // polling for the losing instance's fence rows
 	}
 	for _, tc := range []struct {
 		name string
 		be   *pgbridge.Backend
 	}{{"other instance", b}, {"losing instance", a}} {
 		be := tc.be
-		if r, err := be.Set(ctx, 0, "f", []byte("new"), nx(time.Minute)); err != nil || r.Written {
+		r, err := be.Set(ctx, 0, "f", []byte("new"), nx(time.Minute))
+		if err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN") && tc.be == a {
+			r, err = be.Set(ctx, 0, "f", []byte("new"), nx(time.Minute)) // a may learn of its loss on this statement
+		}
+		if err != nil || r.Written {
 			t.Errorf("%s: SET NX on a fence = %+v, %v; want not written", tc.name, r, err)
 		}
 		ev := func(src string, args ...string) (backend.Value, error) {
@@ -116,7 +175,7 @@ func TestFence(t *testing.T) {
 		if tok, ok, err := be.Get(ctx, 0, "f"); err != nil || !ok || string(tok) != "lockproxy:lost-lease" {
 			t.Errorf("%s: GET of a fence = %q, %v, %v; want the fence token", tc.name, tok, ok, err)
 		}
-		if ms, err := be.PTTL(ctx, 0, "f"); err != nil || ms <= 0 || ms > ttl.Milliseconds() {
+		if ms, err := be.PTTL(ctx, 0, "f"); err != nil || ms <= 0 || ms > maxLeft.Milliseconds() {
 			t.Errorf("%s: PTTL of a fence = %d, %v; want the time left", tc.name, ms, err)
 		}
 		if _, err := be.Del(ctx, 0, []string{"f"}); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
@@ -136,6 +195,14 @@ func TestFence(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling for the deadline
 	}
+}
+
+// ttlOf is the longest PTTL TestFence's fence of a lease of ttl may show.
+func ttlOf(delay, ttl time.Duration) time.Duration {
+	if delay == 0 {
+		return ttl
+	}
+	return ttl + time.Second + delay
 }
 
 // TestRestartQuarantine: after PostgreSQL shut down with -m immediate (its

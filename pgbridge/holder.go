@@ -22,13 +22,17 @@ import (
 // counts as lost: never answered as held by its owner, and, when it has a
 // deadline, a fence until then (fence.go).
 type holder struct {
-	a     *advisory
-	idx   int
-	name  string // holder column value: instance/idx
-	queue chan *query
-	check chan struct{} // a nudge to ping now: another holder's session was lost
-	gen   atomic.Uint64 // the session's generation; 0 while down
-	lost  atomic.Int64  // sessions lost
+	a       *advisory
+	idx     int
+	name    string // holder column value: instance/idx
+	queue   chan *query
+	check   chan struct{} // a nudge to ping now: another holder's session was lost
+	gen     atomic.Uint64 // the session's generation; 0 while down
+	lost    atomic.Int64  // sessions lost
+	until   int64         // the session's rowless_until_ms as last set (deferred.go); the holder goroutine's own
+	pid     int32         // the session's backend pid and marker (deferred.go); the holder goroutine's own
+	marker  uint32
+	rowless atomic.Int64 // row-less locks the session granted that have neither a row nor ended
 }
 
 // query is one statement for a holder: an acquire or a release, which
@@ -36,21 +40,23 @@ type holder struct {
 // or any other statement (sql, args; scan reads its single row, a nil scan
 // executes it for its effect).
 type query struct {
-	kind   qkind
-	k      dbKey
-	token  []byte // acquire
-	dl     int64  // acquire: deadline, Unix ms, 0 for none
-	id     int64  // release: the lock id; acquire: the id it locked
-	ok     bool   // acquire: locked and row written
-	fenced bool   // a write that found the key fenced (fence.go)
-	locks  bool   // a statement that takes advisory locks (held back by a quarantine, horizon.go)
-	sql    string
-	args   []any
-	scan   func(pgx.Row) error
-	want   uint64 // the generation it is for (0: any)
-	gen    uint64 // the generation it ran under
-	err    error
-	done   chan struct{}
+	kind     qkind
+	k        dbKey
+	token    []byte // acquire
+	dl       int64  // acquire: deadline, Unix ms, 0 for none
+	deferred bool   // acquire: without a row (deferred.go)
+	row      bool   // release: the lease has a row to delete
+	id       int64  // release: the lock id; acquire: the id it locked
+	ok       bool   // acquire: locked (and its row written unless deferred)
+	fenced   bool   // a write that found the key fenced (fence.go, deferred.go)
+	locks    bool   // a statement that takes advisory locks (held back by a quarantine, horizon.go)
+	sql      string
+	args     []any
+	scan     func(pgx.Row) error
+	want     uint64 // the generation it is for (0: any)
+	gen      uint64 // the generation it ran under
+	err      error
+	done     chan struct{}
 }
 
 type qkind uint8
@@ -115,13 +121,15 @@ func (h *holder) run() {
 			default:
 			}
 		}
-		// Forget the lost leases in the background: an operation may hold
-		// a stripe while it waits for this holder, which must go on.
+		// Forget the lost leases in the background (fencing the row-less
+		// ones, deferred.go): an operation may hold a stripe while it waits
+		// for this holder, which must go on.
 		b.wg.Add(1)
-		go func() {
+		go func(lost session) {
 			defer b.wg.Done()
+			h.a.fenceRowless(lost)
 			h.a.sweep()
-		}()
+		}(session{h: h, gen: gen, pid: h.pid, marker: h.marker})
 	}
 	h.failQueued(errors.New("pgbridge: closed"), 0)
 }
@@ -138,6 +146,9 @@ func (h *holder) connect() (*pgx.Conn, error) {
 		return nil, err
 	}
 	cfg.RuntimeParams["application_name"] = "lockproxy holder " + h.name
+	// Each statement of a batch takes its own snapshot: the fence check
+	// after the acquires must see what was committed before their locks.
+	cfg.RuntimeParams["default_transaction_isolation"] = "read committed"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -147,6 +158,10 @@ func (h *holder) connect() (*pgx.Conn, error) {
 		return nil, err
 	}
 	if err := h.a.quarantineAfter(ctx, conn); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	if err := h.registerSession(ctx, conn); err != nil {
 		conn.Close(context.Background())
 		return nil, err
 	}
@@ -203,6 +218,12 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 			}
 			continue
 		case <-ping.C:
+			if h.lowerable() {
+				if err := h.lower(conn); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := h.ping(conn); err != nil {
 				return err
 			}
@@ -225,53 +246,75 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 	}
 }
 
-// releaseSQL deletes the lease rows of a batch's releases and unlocks
-// their locks, answering (ordinality, unlocked, id, NULL) per release.
-func (h *holder) releaseSQL() string {
-	return `WITH r AS (SELECT * FROM unnest($1::int[], $2::bytea[], $3::bigint[]) WITH ORDINALITY AS u(db, key, id, ord)),
-		d AS (DELETE FROM ` + h.a.b.table + ` t USING r WHERE t.db = r.db AND t.key = r.key AND t.holder_pid = pg_backend_pid())
+// releaseSQL deletes the lease rows of a batch's releases (those that
+// have one) and unlocks their locks, answering (ordinality, unlocked, id,
+// NULL) per release. Releases without rows only unlock.
+func (h *holder) releaseSQL(rows bool) string {
+	if !rows {
+		return `SELECT ord, pg_advisory_unlock(id), id, NULL::boolean FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, ord) ORDER BY ord`
+	}
+	return `WITH r AS (SELECT * FROM unnest($1::int[], $2::bytea[], $3::bigint[], $4::bool[]) WITH ORDINALITY AS u(db, key, id, row, ord)),
+		d AS (DELETE FROM ` + h.a.b.table + ` t USING r WHERE r.row AND t.db = r.db AND t.key = r.key AND t.holder_pid = pg_backend_pid())
 		SELECT ord, pg_advisory_unlock(id), id, NULL::boolean FROM r ORDER BY ord`
 }
 
-func releaseArgs(qs []*query) []any {
-	dbs, keys, ids := make([]int32, len(qs)), make([][]byte, len(qs)), make([]int64, len(qs))
-	for i, q := range qs {
-		dbs[i], keys[i], ids[i] = int32(q.k.db), []byte(q.k.key), q.id
+func releaseArgs(qs []*query, rows bool) []any {
+	ids := make([]int64, len(qs))
+	if !rows {
+		for i, q := range qs {
+			ids[i] = q.id
+		}
+		return []any{ids}
 	}
-	return []any{dbs, keys, ids}
+	dbs, keys, rs := make([]int32, len(qs)), make([][]byte, len(qs)), make([]bool, len(qs))
+	for i, q := range qs {
+		dbs[i], keys[i], ids[i], rs[i] = int32(q.k.db), []byte(q.k.key), q.id, q.row
+	}
+	return []any{dbs, keys, ids, rs}
+}
+
+func anyRow(qs []*query) bool {
+	for _, q := range qs {
+		if q.row {
+			return true
+		}
+	}
+	return false
 }
 
 // acquireSQL tries the lock of each of a batch's acquires and writes the
-// lease rows of those it took, answering (ordinality, acquired, lock id,
-// unlocked). pg_try_advisory_lock is volatile, so the MATERIALIZED step
-// runs it exactly once per row. A key whose row is a fence (fence.go:
-// checked on the row as it stands, under the conflict's row lock) keeps
-// its row, and its lock is released again in the same statement.
+// lease rows of those it took (but for deferred ones), answering
+// (ordinality, acquired, lock id, unlocked). pg_try_advisory_lock is
+// volatile, so the MATERIALIZED step runs it exactly once per row. A key
+// whose row is a fence (fence.go: checked on the row as it stands, under
+// the conflict's row lock) keeps its row, and its lock is released again
+// in the same statement. A deferred acquire's fences are checked by the
+// statement after it (checkSQL).
 func (h *holder) acquireSQL() string {
 	return `WITH l AS MATERIALIZED (
 			SELECT u.*, pg_try_advisory_lock(hashtextextended(u.ht, u.db::bigint)) AS ok, hashtextextended(u.ht, u.db::bigint) AS id
-			FROM unnest($1::int[], $2::bytea[], $3::text[], $4::bytea[], $5::bigint[]) WITH ORDINALITY AS u(db, key, ht, token, deadline, ord)),
+			FROM unnest($1::int[], $2::bytea[], $3::text[], $4::bytea[], $5::bigint[], $7::bool[]) WITH ORDINALITY AS u(db, key, ht, token, deadline, d, ord)),
 		ins AS (INSERT INTO ` + h.a.b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
-			SELECT db, key, id, token, deadline, $6, pg_backend_pid() FROM l WHERE ok
+			SELECT db, key, id, token, deadline, $6, pg_backend_pid() FROM l WHERE ok AND NOT d
 			ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
 				deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
 			WHERE NOT ` + fencedBy("t") + `
 			RETURNING t.db, t.key)
-		SELECT l.ord, ins.db IS NOT NULL, l.id, CASE WHEN l.ok AND ins.db IS NULL THEN pg_advisory_unlock(l.id) END
+		SELECT l.ord, l.ok AND (l.d OR ins.db IS NOT NULL), l.id, CASE WHEN l.ok AND NOT l.d AND ins.db IS NULL THEN pg_advisory_unlock(l.id) END
 		FROM l LEFT JOIN ins ON ins.db = l.db AND ins.key = l.key ORDER BY l.ord`
 }
 
 func (h *holder) acquireArgs(qs []*query) []any {
 	n := len(qs)
-	dbs, keys, hts, toks, dls := make([]int32, n), make([][]byte, n), make([]string, n), make([][]byte, n), make([]*int64, n)
+	dbs, keys, hts, toks, dls, ds := make([]int32, n), make([][]byte, n), make([]string, n), make([][]byte, n), make([]*int64, n), make([]bool, n)
 	for i, q := range qs {
-		dbs[i], keys[i], hts[i] = int32(q.k.db), []byte(q.k.key), hashText(q.k.key)
+		dbs[i], keys[i], hts[i], ds[i] = int32(q.k.db), []byte(q.k.key), hashText(q.k.key), q.deferred
 		toks[i] = append(make([]byte, 0, len(q.token)), q.token...) // never nil: nil is NULL
 		if q.dl != 0 {
 			dls[i] = &q.dl
 		}
 	}
-	return []any{dbs, keys, hts, toks, dls, h.name}
+	return []any{dbs, keys, hts, toks, dls, h.name, ds}
 }
 
 // readRows reads a merged statement's rows (ordinality, ok, id, and a
@@ -360,11 +403,28 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 	// The statements of one batch are for different keys (an operation
 	// holds its keys' stripes until its statement is done), so their order
 	// does not matter.
+	relRows := anyRow(rel)
 	if len(rel) > 0 {
-		pb.Queue(h.releaseSQL(), releaseArgs(rel)...)
+		pb.Queue(h.releaseSQL(relRows), releaseArgs(rel, relRows)...)
 	}
+	var raise int64 // the session's new rowless_until_ms, if it must rise
+	var need int64  // the latest deadline of a deferred acquire (0: none)
 	if len(acq) > 0 {
 		pb.Queue(h.acquireSQL(), h.acquireArgs(acq)...)
+		for _, q := range acq {
+			if q.deferred {
+				need = max(need, q.dl)
+			}
+		}
+		if need > h.until { // in the grant's transaction: before any client hears OK
+			raise = addMS(need, rowlessSlack.Milliseconds())
+			pb.Queue(h.raiseSQL(), raise)
+		}
+		if need > 0 {
+			pb.Queue(h.checkSQL(), checkArgs(acq)...)
+		} else {
+			pb.Queue(h.checkDeadSQL())
+		}
 	}
 	for _, q := range stmts {
 		pb.Queue(q.sql, q.args...)
@@ -391,6 +451,19 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 			q.ok, q.id = ok, id
 			return nil
 		}))
+		if raise != 0 {
+			var one int
+			if err := br.QueryRow().Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+				note(errors.New("the holder session's row in the sessions table is gone"))
+			} else {
+				note(err)
+			}
+		}
+		if need > 0 {
+			note(readChecks(br, acq))
+		} else {
+			note(readDeadCheck(br, acq))
+		}
 	}
 	for _, q := range stmts {
 		if q.scan != nil {
@@ -402,6 +475,17 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 	}
 	if err := br.Close(); err != nil && first == nil {
 		first = err
+	}
+	if first == nil && len(acq) > 0 {
+		if raise != 0 {
+			h.until = raise
+		}
+		first = h.unfence(ctx, conn, acq)
+		for _, q := range acq {
+			if q.ok && q.deferred && first == nil {
+				h.rowless.Add(1) // before the acquire hears of it, and before the next batch
+			}
+		}
 	}
 	if first != nil {
 		h.gen.Store(0) // before anyone hears of the failure

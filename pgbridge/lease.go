@@ -272,6 +272,8 @@ func (s *leaseStore) check(ctx context.Context) error { return s.b.pool.Ping(ctx
 
 func (s *leaseStore) close() {}
 
+func (s *leaseStore) drain(context.Context) {}
+
 // The two commands nearly every lock client sends, SET … NX with a TTL
 // and the catalogued release script, run in the lease strategy as one
 // autocommit statement each instead of a transaction of two round trips

@@ -50,6 +50,12 @@ type Config struct {
 	// that takes longer closes that connection, which releases its locks:
 	// a holder never waits on a client's deadline. default: 5s
 	OpTimeout time.Duration
+	// LeaseRowDelay (advisory) is how long a lock with a TTL of at most
+	// maxDeferredTTL (a minute) is held before its lease row is written: a
+	// lock released sooner never touches the lease table (deferred.go).
+	// Every instance answers the same whatever it is. 0 writes every row
+	// at once; lockproxy's default is 200ms. default: 0
+	LeaseRowDelay time.Duration
 	// ReapInterval is how often lease rows that mean nothing any more are
 	// deleted: expired ones (lease) and those whose holder session is gone
 	// (advisory). default: 10s
@@ -114,7 +120,8 @@ type state struct {
 // its background work, its fast paths for the commands every lock client
 // sends, what becomes of an operation on a key held beyond reach, and the
 // figures it reports. advisory (advisory.go and the advisory-only files
-// holder.go, route.go, fence.go, horizon.go, expiry.go) and leaseStore
+// holder.go, read.go, route.go, fence.go, deferred.go, horizon.go,
+// expiry.go) and leaseStore
 // (lease.go) implement it; New picks one by Config.Strategy and nothing
 // else looks at Config.Strategy. (One Backend with a strategy rather than
 // two Backend types: the KeySpace methods, the engine and the stripes are
@@ -160,9 +167,10 @@ type strategy interface {
 	infoLines() []string
 
 	// check reports whether the strategy can serve (backend.Checker);
-	// close stops what Backend.ctx does not (before Backend.wg is waited
-	// for).
+	// drain runs first in Close, while everything still runs; close stops
+	// what Backend.ctx does not (before Backend.wg is waited for).
 	check(ctx context.Context) error
+	drain(ctx context.Context)
 	close()
 }
 
@@ -213,6 +221,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 5 * time.Second
+	}
+	if cfg.LeaseRowDelay < 0 {
+		return nil, fmt.Errorf("pgbridge: lease row delay %v is negative", cfg.LeaseRowDelay)
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
@@ -335,6 +346,7 @@ func (b *Backend) createSchema(ctx context.Context) error {
 // Close stops background work, closes the holder connections (which
 // releases every advisory lock this process holds) and the pool.
 func (b *Backend) Close(ctx context.Context) error {
+	b.store.drain(ctx)
 	b.cancel()
 	b.store.close()
 	b.wg.Wait()

@@ -19,13 +19,26 @@ import (
 	"github.com/lockproxy/lockproxy/proxy/backend/backendtest"
 )
 
+// rowDelay is the Config.LeaseRowDelay of the tests that do not set their
+// own: LOCKPROXY_TEST_PG_ROW_DELAY, or lockproxy's default (200ms). Run
+// the package also with LOCKPROXY_TEST_PG_ROW_DELAY=0s (a row at once).
+func rowDelay(t *testing.T) time.Duration { return testsrv.PostgresRowDelay(t) }
+
 // newBackend starts a Backend of strategy on a fresh database of the
 // shared test server and closes it when the test ends.
 func newBackend(t *testing.T, strategy, dsn string) *pgbridge.Backend {
 	t.Helper()
+	return newBackendCfg(t, pgbridge.Config{DSN: dsn, Strategy: strategy, LeaseRowDelay: rowDelay(t)})
+}
+
+// newBackendStrict starts a Backend of exactly cfg (LeaseRowDelay
+// included: no LOCKPROXY_TEST_PG_ROW_DELAY) and closes it when the test
+// ends, failing the test when Close fails.
+func newBackendStrict(t *testing.T, cfg pgbridge.Config) *pgbridge.Backend {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := pgbridge.New(ctx, pgbridge.Config{DSN: dsn, Strategy: strategy})
+	b, err := pgbridge.New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("pgbridge.New: %v", err)
 	}
@@ -38,11 +51,17 @@ func newBackend(t *testing.T, strategy, dsn string) *pgbridge.Backend {
 }
 
 func TestConformance(t *testing.T) {
-	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
-		t.Run(strategy, func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		strategy string
+		delay    time.Duration
+	}{{"advisory", pgbridge.Advisory, 0}, {"advisory-deferred", pgbridge.Advisory, 200 * time.Millisecond}, {"lease", pgbridge.Lease, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dsn := testsrv.SharedPostgres(t).NewDatabase(t)
-			backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, strategy, dsn) })
+			backendtest.Run(t, func(t *testing.T) backend.Backend {
+				return newBackendStrict(t, pgbridge.Config{DSN: dsn, Strategy: tc.strategy, LeaseRowDelay: tc.delay})
+			})
 		})
 	}
 }
@@ -343,7 +362,8 @@ func TestLeasesTextView(t *testing.T) {
 		b := newBackend(t, strategy, dsn)
 		newBackend(t, strategy, dsn) // a second instance finds the view made
 		ctx := t.Context()
-		if _, err := b.Set(ctx, 0, "lock:report", []byte("tok-1"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}}); err != nil {
+		// A TTL over a minute: its row is written at once, whatever the row delay.
+		if _, err := b.Set(ctx, 0, "lock:report", []byte("tok-1"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: 2 * time.Minute}}); err != nil {
 			t.Fatal(err)
 		}
 		c, err := pgx.Connect(ctx, dsn)

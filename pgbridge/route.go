@@ -25,7 +25,7 @@ import (
 type routeReq struct {
 	ID     uint64             `json:"id"`
 	From   string             `json:"from"`
-	Op     string             `json:"op"` // set del delif expire persist eval
+	Op     string             `json:"op"` // set del delif expire persist eval read
 	DB     int                `json:"db"`
 	Key    []byte             `json:"key,omitempty"`
 	Token  []byte             `json:"token,omitempty"`
@@ -47,6 +47,7 @@ type routeReply struct {
 	Reply bool              `json:"reply,omitempty"` // Err is a Redis error reply
 	Set   backend.SetResult `json:"set"`
 	OK    bool              `json:"ok,omitempty"`
+	Tok   []byte            `json:"tok"` // read: the token
 	N     int64             `json:"n,omitempty"`
 	V     backend.Value     `json:"v"`
 }
@@ -172,6 +173,10 @@ func (r *router) serve(req *routeReq) {
 		rep.OK, err = b.Expire(ctx, req.DB, string(req.Key), req.Expiry, req.ECond)
 	case "persist":
 		rep.OK, err = b.Persist(ctx, req.DB, string(req.Key))
+	case "read": // GET, PTTL, EXISTS of a lock held here without a row (deferred.go)
+		var s state
+		s, err = r.a.read(ctx, dbKey{req.DB, string(req.Key)})
+		rep.OK, rep.Tok, rep.N = s.present, s.token, s.deadline
 	case "eval":
 		keys := make([]string, len(req.Keys))
 		for i, k := range req.Keys {

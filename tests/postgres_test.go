@@ -53,7 +53,7 @@ func pgConn(t *testing.T, dsn string) *pgx.Conn {
 // of dsn.
 func startPostgresProxyOn(t *testing.T, dsn, strategy string) string {
 	t.Helper()
-	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn, Strategy: strategy})
+	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn, Strategy: strategy, LeaseRowDelay: testsrv.PostgresRowDelay(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,11 +84,20 @@ func TestPostgresSQLInterop(t *testing.T) {
 			if err := c.SetArgs(ctx, "sql:held", "tok", redis.SetArgs{Mode: "NX", TTL: 10 * time.Second}).Err(); err != nil {
 				t.Fatalf("SET NX once SQL unlocked = %v; want OK", err)
 			}
+			// The row: at once, or (advisory) once the lock has been held
+			// for the lease row delay.
 			var tok []byte
 			var left int64
-			if err := sql.QueryRow(ctx, `SELECT token, (extract(epoch from expires_at - now()) * 1000)::bigint FROM lockproxy.leases
-				WHERE db = 0 AND key = 'sql:held'`).Scan(&tok, &left); err != nil || string(tok) != "tok" || left <= 0 || left > 10000 {
-				t.Fatalf("lease row = %q, %d ms left, %v", tok, left, err)
+			for end := time.Now().Add(testsrv.PostgresRowDelay(t) + 5*time.Second); ; {
+				err := sql.QueryRow(ctx, `SELECT token, (extract(epoch from expires_at - now()) * 1000)::bigint FROM lockproxy.leases
+					WHERE db = 0 AND key = 'sql:held'`).Scan(&tok, &left)
+				if err == nil && string(tok) == "tok" && left > 0 && left <= 10000 {
+					break
+				}
+				if !errors.Is(err, pgx.ErrNoRows) || time.Now().After(end) {
+					t.Fatalf("lease row = %q, %d ms left, %v", tok, left, err)
+				}
+				time.Sleep(20 * time.Millisecond) // polling for the deferred row
 			}
 			if strategy != pgbridge.Advisory {
 				return // the lease strategy holds no session lock between operations
@@ -198,7 +207,9 @@ func clientCounterAcross(t *testing.T, cs []*redis.Client) {
 
 // TestPostgresInstanceKilled: the locks of a lockproxy process killed with
 // SIGKILL stay until their TTL, in both strategies: the lease rows of the
-// advisory strategy fence the keys once the sessions holding them end.
+// advisory strategy fence the keys once the sessions holding them end; a
+// lock killed before its deferred row is fenced, with every other key, by
+// its session's rowless_until_ms.
 func TestPostgresInstanceKilled(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "lockproxy")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/lockproxy").CombinedOutput(); err != nil {
@@ -211,7 +222,7 @@ func TestPostgresInstanceKilled(t *testing.T) {
 			other, dsn := testsrv.StartPostgresProxy(t, strategy)
 			addr := "127.0.0.1:" + strconv.Itoa(testsrv.FreePort(t))
 			cmd := exec.Command(bin, "--backend", "postgres", "--postgres-dsn", dsn, "--postgres-strategy", strategy,
-				"--listen", addr, "--admin-listen", "")
+				"--postgres-lease-row-delay", testsrv.PostgresRowDelay(t).String(), "--listen", addr, "--admin-listen", "")
 			cmd.Stderr = os.Stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -232,6 +243,13 @@ func TestPostgresInstanceKilled(t *testing.T) {
 			cmd.Wait()
 			start := time.Now()
 			c := pgClient(t, other)
+			// Killed before the lock's row (advisory, deferred rows): its
+			// session's rowless_until_ms holds every key, not only its own.
+			if strategy == pgbridge.Advisory && testsrv.PostgresRowDelay(t) > 0 {
+				if err := c.SetArgs(ctx, "kill:other", "other", redis.SetArgs{Mode: "NX", TTL: time.Second}).Err(); !errors.Is(err, redis.Nil) {
+					t.Errorf("SET NX of another key right after the kill = %v; want nil while the killed session's row-less locks may live", err)
+				}
+			}
 			for {
 				err := c.SetArgs(ctx, "kill:k", "other", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err()
 				if err == nil {
@@ -386,7 +404,7 @@ func TestPostgresAdmin(t *testing.T) {
 	t.Parallel()
 	pg := testsrv.StartPostgres(t)
 	dsn := pg.NewDatabase(t)
-	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn})
+	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn, LeaseRowDelay: testsrv.PostgresRowDelay(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

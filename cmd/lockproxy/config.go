@@ -27,6 +27,7 @@ type Config struct {
 	PostgresDSN      string   `yaml:"postgres-dsn"`
 	PostgresStrategy string   `yaml:"postgres-strategy"`
 	PostgresSchema   string   `yaml:"postgres-schema"`
+	PostgresRowDelay string   `yaml:"postgres-lease-row-delay"`
 	AdminListen      string   `yaml:"admin-listen"`
 	RequirePass      string   `yaml:"requirepass"`
 	Users            userList `yaml:"users"`
@@ -56,7 +57,8 @@ type Config struct {
 func defaults() Config {
 	return Config{
 		Listen: "127.0.0.1:6380", Backend: "memory", PostgresStrategy: "advisory", PostgresSchema: "lockproxy",
-		AdminListen: "127.0.0.1:9121", ProtectedMode: true, LogLevel: "info", LogFormat: "text",
+		PostgresRowDelay: "200ms",
+		AdminListen:      "127.0.0.1:9121", ProtectedMode: true, LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
 		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms", IdleTimeout: "0s",
 		MigrateTimeout: "50ms", DataPath: "loops",
@@ -217,6 +219,9 @@ func (c Config) validate() []string {
 	}
 	if d, err := parseDuration(c.IdleTimeout); err != nil || d < 0 {
 		add("idle-timeout", fmt.Sprintf("%q is not a duration of 0 or more", c.IdleTimeout), "e.g. 300s, or 0 to never close idle clients")
+	}
+	if d, err := parseDuration(c.PostgresRowDelay); err != nil || d < 0 {
+		add("postgres-lease-row-delay", fmt.Sprintf("%q is not a duration of 0 or more", c.PostgresRowDelay), "e.g. 200ms, or 0s to write every lease row at once")
 	}
 	if c.DataPath != proxy.DataPathGoroutines && c.DataPath != proxy.DataPathLoops {
 		add("data-path", fmt.Sprintf("unknown data path %q", c.DataPath), "use goroutines or loops")

@@ -59,6 +59,35 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
+// TestLeaseRowDelayKey: postgres-lease-row-delay defaults to 200ms and is
+// set by file, env and flag, 0s included (a row at once).
+func TestLeaseRowDelayKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("postgres-lease-row-delay: 1s\n"), 0o600)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"default", nil, nil, "200ms"},
+		{"file", []string{"--config", file}, nil, "1s"},
+		{"env", []string{"--config", file}, []string{"LOCKPROXY_POSTGRES_LEASE_ROW_DELAY=0s"}, "0s"},
+		{"flag", []string{"--config", file, "--postgres-lease-row-delay", "50ms"}, []string{"LOCKPROXY_POSTGRES_LEASE_ROW_DELAY=0s"}, "50ms"},
+	} {
+		cfg, _, err := load(tc.args, tc.env, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if cfg.PostgresRowDelay != tc.want {
+			t.Errorf("%s: postgres-lease-row-delay = %q; want %q", tc.name, cfg.PostgresRowDelay, tc.want)
+		}
+		if probs := cfg.validate(); len(probs) > 0 {
+			t.Errorf("%s: %v", tc.name, probs)
+		}
+	}
+}
+
 func TestUnknownKeyIsAnError(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(file, []byte("listne: 127.0.0.1:1\n"), 0o600)
@@ -111,6 +140,8 @@ func TestValidationMessages(t *testing.T) {
 		{"idle timeout", func(c *Config) { c.IdleTimeout = "-5s" }, `idle-timeout: "-5s" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`},
 		{"idle timeout word", func(c *Config) { c.IdleTimeout = "never" }, `idle-timeout: "never" is not a duration of 0 or more (e.g. 300s, or 0 to never close idle clients)`},
 		{"data path", func(c *Config) { c.DataPath = "epoll" }, `data-path: unknown data path "epoll" (use goroutines or loops)`},
+		{"lease row delay", func(c *Config) { c.PostgresRowDelay = "-1ms" }, `postgres-lease-row-delay: "-1ms" is not a duration of 0 or more (e.g. 200ms, or 0s to write every lease row at once)`},
+		{"lease row delay word", func(c *Config) { c.PostgresRowDelay = "soon" }, `postgres-lease-row-delay: "soon" is not a duration of 0 or more (e.g. 200ms, or 0s to write every lease row at once)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

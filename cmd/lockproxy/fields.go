@@ -82,6 +82,7 @@ func fields(c *Config) []field {
 		str("postgres-dsn", "PostgreSQL connection string", &c.PostgresDSN),
 		str("postgres-strategy", "advisory or lease", &c.PostgresStrategy),
 		str("postgres-schema", "schema of the lease table (created if missing)", &c.PostgresSchema),
+		str("postgres-lease-row-delay", "advisory: write a lock's lease row only once it is held this long; 0s writes it at once", &c.PostgresRowDelay),
 		str("admin-listen", "HTTP admin address (/metrics, /healthz, /readyz); empty disables", &c.AdminListen),
 		str("requirepass", "password clients must AUTH with", &c.RequirePass),
 		usersField(c),

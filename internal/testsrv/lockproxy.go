@@ -86,7 +86,7 @@ func StartPostgresProxy(t testing.TB, strategy string) (string, string) {
 	dsn := SharedPostgres(t).NewDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := pgbridge.New(ctx, pgbridge.Config{DSN: dsn, Strategy: strategy})
+	b, err := pgbridge.New(ctx, pgbridge.Config{DSN: dsn, Strategy: strategy, LeaseRowDelay: PostgresRowDelay(t)})
 	if err != nil {
 		t.Fatalf("pgbridge: %v", err)
 	}

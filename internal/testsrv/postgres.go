@@ -29,6 +29,27 @@ import (
 // cluster of their own.
 const PGEnv = "LOCKPROXY_TEST_PG_DSN"
 
+// PGRowDelayEnv names the environment variable that sets the lease row
+// delay (pgbridge.Config.LeaseRowDelay) of the tests that do not choose
+// one: e.g. 0s for a row at once. Unset, they run with lockproxy's
+// default, 200ms.
+const PGRowDelayEnv = "LOCKPROXY_TEST_PG_ROW_DELAY"
+
+// PostgresRowDelay is the lease row delay of LOCKPROXY_TEST_PG_ROW_DELAY,
+// or lockproxy's default (200ms).
+func PostgresRowDelay(t testing.TB) time.Duration {
+	t.Helper()
+	v := os.Getenv(PGRowDelayEnv)
+	if v == "" {
+		return 200 * time.Millisecond
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		t.Fatalf("%s=%q is not a duration of 0 or more", PGRowDelayEnv, v)
+	}
+	return d
+}
+
 // Postgres is a PostgreSQL server for tests: a throwaway cluster started by
 // StartPostgres, or the server of LOCKPROXY_TEST_PG_DSN.
 type Postgres struct {

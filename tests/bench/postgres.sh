@@ -7,8 +7,12 @@
 # DSN names a database this script may create lockproxy's table in. For
 # PostgreSQL's CPU the cluster must run on this machine: PGDATA names its
 # data directory (its postmaster.pid); without it PostgreSQL's share is not
-# printed. lockproxy listens on BASE_PORT+100 (default 17100). Not part of
-# the test suite: figures on a shared machine are only worth their ratios.
+# printed. lockproxy listens on BASE_PORT+100 (default 17100). ROW_DELAYS
+# lists the postgres-lease-row-delay values to measure one after another in
+# the same run (default: "200ms", lockproxy's default; e.g. "0s 200ms 0s
+# 200ms" alternates a row at once with deferred rows; "before" runs the
+# binary BEFORE_BIN, built from an earlier tree). Not part of the test
+# suite: figures on a shared machine are only worth their ratios.
 set -euo pipefail
 dsn=${1:?usage: $0 DSN [advisory|lease] [duration]}
 strategy=${2:-advisory}
@@ -37,22 +41,34 @@ pgcpu() {
 }
 
 addr=127.0.0.1:$((base + 100))
-"$dir/lockproxy" --backend postgres --postgres-dsn "$dsn" --postgres-strategy "$strategy" --listen "$addr" --admin-listen '' >"$dir/lockproxy.log" 2>&1 &
-lp=$!
-sleep 1.5
-kill -0 "$lp" || { cat "$dir/lockproxy.log"; exit 1; }
 
 measure() {
 	local p0 p1 l0 l1 out cyc lb
-	p0=$(pgcpu); l0=$(cpu "$lp")
+	p0=$(pgcpu); l0=0; [ -n "$lp" ] && l0=$(cpu "$lp")
 	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -clients 50 -duration "$dur" 2>&1)
-	p1=$(pgcpu); l1=$(cpu "$lp")
+	p1=$(pgcpu); l1=0; [ -n "$lp" ] && l1=$(cpu "$lp")
 	echo "$out" | grep -v LOADTOOL | sed 's/postgres:\/\/[^ ]*/DSN/'
 	cyc=$(echo "$out" | sed -n 's/.*(\([0-9]*\) cycles in.*/\1/p')
 	lb=$(echo "$out" | awk '/LOADTOOL/ {printf "%d", ($2 + $3) * 1000000}')
 	echo "  CPU µs per cycle: load tool $((lb / cyc)), lockproxy $(( (l1 - l0) * 10000 / cyc )), postgres $(( (p1 - p0) * 10000 / cyc ))"
 }
-measure "$addr"
+for delay in ${ROW_DELAYS:-200ms}; do
+	echo "lockproxy, postgres-lease-row-delay $delay:"
+	bin=$dir/lockproxy flags=(--postgres-lease-row-delay "$delay")
+	if [ "$delay" = before ]; then # BEFORE_BIN: a build from before the option, for comparison
+		bin=${BEFORE_BIN:?ROW_DELAYS has "before": set BEFORE_BIN to a lockproxy binary} flags=()
+	fi
+	"$bin" --backend postgres --postgres-dsn "$dsn" --postgres-strategy "$strategy" \
+		"${flags[@]}" --listen "$addr" --admin-listen '' >"$dir/lockproxy.log" 2>&1 &
+	lp=$!
+	sleep 1.5
+	kill -0 "$lp" || { cat "$dir/lockproxy.log"; exit 1; }
+	measure "$addr"
+	kill "$lp"
+	wait "$lp" 2>/dev/null || true
+	lp=
+done
+echo "raw loop:"
 raw=pgx
 [ "$strategy" = lease ] && raw=pgx-lease
 measure "$raw:$dsn"

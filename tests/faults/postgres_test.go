@@ -79,7 +79,7 @@ func pgInstance(t *testing.T, dsn, strategy string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	b, err := pgbridge.New(ctx, pgbridge.Config{DSN: dsn, Strategy: strategy})
+	b, err := pgbridge.New(ctx, pgbridge.Config{DSN: dsn, Strategy: strategy, LeaseRowDelay: testsrv.PostgresRowDelay(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

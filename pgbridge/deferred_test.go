@@ -1,0 +1,281 @@
+package pgbridge_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/pgbridge"
+)
+
+// deferredDelay is the row delay of the multi-instance tests: long enough
+// that a round of commands from every instance ends within it on a busy
+// machine (checked: the row must still be missing afterwards).
+const deferredDelay = 2 * time.Second
+
+// rowOf reports whether key (database 0) has a lease row.
+func rowOf(t *testing.T, sql *pgx.Conn, key string) bool {
+	t.Helper()
+	var n int
+	if err := sql.QueryRow(t.Context(), `SELECT count(*) FROM lockproxy.leases WHERE db = 0 AND key = $1`, []byte(key)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// waitRow waits until key has a lease row.
+func waitRow(t *testing.T, sql *pgx.Conn, key string) {
+	t.Helper()
+	for end := time.Now().Add(deferredDelay + 10*time.Second); !rowOf(t, sql, key); {
+		if time.Now().After(end) {
+			t.Fatalf("no lease row for %q %v after its grant", key, deferredDelay+10*time.Second)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the row timer
+	}
+}
+
+func evalInt(t *testing.T, be *pgbridge.Backend, src, key string, args ...string) int64 {
+	t.Helper()
+	bs := make([][]byte, len(args))
+	for i, a := range args {
+		bs[i] = []byte(a)
+	}
+	v, err := be.Eval(t.Context(), 0, scriptOf(src), []string{key}, bs, false)
+	if err != nil {
+		t.Fatalf("EVAL on %q: %v", key, err)
+	}
+	return v.Int
+}
+
+// sees checks what every instance answers for key: GET, EXISTS, PTTL
+// (within (0, maxTTL] when present) and SET NX (never written while
+// present).
+func sees(t *testing.T, name string, bes []*pgbridge.Backend, key, tok string, maxTTL time.Duration) {
+	t.Helper()
+	ctx := t.Context()
+	for i, be := range bes {
+		got, ok, err := be.Get(ctx, 0, key)
+		if err != nil || ok != (tok != "") || string(got) != tok {
+			t.Errorf("%s: instance %d: GET %s = %q, %v, %v; want %q", name, i, key, got, ok, err, tok)
+		}
+		n, err := be.Exists(ctx, 0, []string{key})
+		if want := map[bool]int64{true: 1, false: 0}[tok != ""]; err != nil || n != want {
+			t.Errorf("%s: instance %d: EXISTS %s = %d, %v; want %d", name, i, key, n, err, want)
+		}
+		ms, err := be.PTTL(ctx, 0, key)
+		switch {
+		case err != nil:
+			t.Errorf("%s: instance %d: PTTL %s: %v", name, i, key, err)
+		case tok == "" && ms != -2:
+			t.Errorf("%s: instance %d: PTTL %s = %d; want -2", name, i, key, ms)
+		case tok != "" && (ms <= 0 || ms > maxTTL.Milliseconds()):
+			t.Errorf("%s: instance %d: PTTL %s = %d; want in (0, %d]", name, i, key, ms, maxTTL.Milliseconds())
+		}
+		if tok != "" {
+			if r, err := be.Set(ctx, 0, key, []byte("other"), nx(time.Minute)); err != nil || r.Written {
+				t.Errorf("%s: instance %d: SET NX %s on a held key = %+v, %v; want not written", name, i, key, r, err)
+			}
+		}
+	}
+}
+
+// TestDeferredMultiInstance: with two and with three instances, a lock
+// one instance took answers the same from every instance, within the row
+// delay (no row: the others ask pg_locks and route to the holder) and
+// after it (the row): GET, PTTL, EXISTS, SET NX, a release script (a
+// wrong token, then the right one) and an extend script.
+func TestDeferredMultiInstance(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("instances=%d", n), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+			var bes []*pgbridge.Backend
+			for range n {
+				bes = append(bes, newBackendStrict(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, LeaseRowDelay: deferredDelay}))
+			}
+			sql, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sql.Close(context.Background())
+			const ttl = 30 * time.Second
+			for _, phase := range []string{"within", "after"} {
+				for holder := range n {
+					key := fmt.Sprintf("%s:%d", phase, holder)
+					tok := "tok-" + key
+					if r, err := bes[holder].Set(ctx, 0, key, []byte(tok), nx(ttl)); err != nil || !r.Written {
+						t.Fatalf("SET NX %s = %+v, %v", key, r, err)
+					}
+					if phase == "after" {
+						waitRow(t, sql, key)
+					}
+					sees(t, phase, bes, key, tok, ttl)
+					for i, be := range bes {
+						if i == holder {
+							continue
+						}
+						if got := evalInt(t, be, releaseSrc, key, "wrong"); got != 0 {
+							t.Errorf("%s: instance %d: release of %s with a wrong token = %d; want 0", phase, i, key, got)
+						}
+					}
+					ext := (holder + 1) % n // another instance extends it
+					if got := evalInt(t, bes[ext], extendSrc, key, tok, strconv.Itoa(int(2*ttl/time.Millisecond))); got != 1 {
+						t.Errorf("%s: instance %d: extend of %s = %d; want 1", phase, ext, key, got)
+					}
+					sees(t, phase+", extended", bes, key, tok, 2*ttl)
+					if ms, err := bes[holder].PTTL(ctx, 0, key); err != nil || ms <= ttl.Milliseconds() {
+						t.Errorf("%s: PTTL %s after the extend = %d, %v; want above %d", phase, key, ms, err, ttl.Milliseconds())
+					}
+					rel := (holder + n - 1) % n // and another (or the same) releases it
+					if got := evalInt(t, bes[rel], releaseSrc, key, tok); got != 1 {
+						t.Errorf("%s: instance %d: release of %s = %d; want 1", phase, rel, key, got)
+					}
+					sees(t, phase+", released", bes, key, "", 0)
+					if rowOf(t, sql, key) {
+						t.Errorf("%s: %s has a row after its release", phase, key)
+					}
+					if r, err := bes[ext].Set(ctx, 0, key, []byte("again"), nx(time.Second)); err != nil || !r.Written {
+						t.Errorf("%s: SET NX %s after its release = %+v, %v; want written", phase, key, r, err)
+					}
+				}
+				// Reads and writes from every instance on a row-less lock,
+				// this time without an extend (which writes the row).
+				key := phase + ":plain"
+				if r, err := bes[0].Set(ctx, 0, key, []byte("p"), nx(ttl)); err != nil || !r.Written {
+					t.Fatalf("SET NX %s = %+v, %v", key, r, err)
+				}
+				if phase == "within" {
+					sees(t, phase, bes, key, "p", ttl)
+					if got := evalInt(t, bes[n-1], releaseSrc, key, "p"); got != 1 {
+						t.Errorf("%s: release of %s from instance %d = %d; want 1", phase, key, n-1, got)
+					}
+					if rowOf(t, sql, key) {
+						t.Errorf("%s: %s has had a row: the round took longer than the row delay", phase, key)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestDeferredHolderKilled: the instance holding a lock is closed (its
+// holder sessions end) before and after the lock's row is written. Either
+// way, every other instance keeps the key fenced until the lock's deadline
+// (SET NX nil, GET the fence token), then grants it, and other keys are
+// free at once: before the row, Close writes it (drain) and its sessions
+// lower their rowless_until_ms; after the row, the sessions lowered it at
+// their ping. (A SIGKILL skips the drain: TestPostgresInstanceKilled.)
+// With three instances, one of the others runs with a row delay of 0s.
+func TestDeferredHolderKilled(t *testing.T) {
+	for _, phase := range []string{"within", "after"} {
+		for _, n := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/instances=%d", phase, n), func(t *testing.T) {
+				t.Parallel()
+				testHolderKilled(t, phase, n)
+			})
+		}
+	}
+}
+
+func testHolderKilled(t *testing.T, phase string, n int) {
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	cfg := pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, LeaseRowDelay: 300 * time.Millisecond, ReapInterval: 20 * time.Millisecond}
+	killed, err := pgbridge.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With three instances the third writes its rows at once (0s): it
+	// must honour the ended session's rowless_until_ms all the same.
+	var others []*pgbridge.Backend
+	for i := range n - 1 {
+		c := cfg
+		if i == 1 {
+			c.LeaseRowDelay = 0
+		}
+		others = append(others, newBackendStrict(t, c))
+	}
+	sql, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(context.Background())
+	const ttl = 3 * time.Second
+	start := time.Now()
+	if r, err := killed.Set(ctx, 0, "k", []byte("tok"), nx(ttl)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	raised := func() int {
+		var n int
+		if err := sql.QueryRow(ctx, `SELECT count(*) FROM lockproxy.sessions WHERE rowless_until_ms > 0`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if phase == "after" {
+		waitRow(t, sql, "k")
+		// Its session has no row-less lock left: it lowers its
+		// rowless_until_ms (within a second, at its next ping).
+		for end := time.Now().Add(5 * time.Second); raised() > 0; {
+			if time.Now().After(end) {
+				t.Fatal("the holder session's rowless_until_ms was not lowered within 5s of its last row-less lock's row")
+			}
+			time.Sleep(20 * time.Millisecond) // polling for the holder's ping
+		}
+	} else if rowOf(t, sql, "k") || raised() != 1 {
+		t.Fatalf("after the grant: row %v, raised sessions %d; want no row and one raised session", rowOf(t, sql, "k"), raised())
+	}
+	if phase == "within" && rowOf(t, sql, "k") {
+		t.Fatal("the lock had a row before its holder was closed: not within the row delay")
+	}
+	killed.Close(context.Background())
+	if !rowOf(t, sql, "k") || raised() != 0 {
+		t.Fatalf("after Close: row %v, raised sessions %d; want the row (written by the drain) and none raised", rowOf(t, sql, "k"), raised())
+	}
+	maxLeft := ttl
+	for i, be := range others {
+		if r, err := be.Set(ctx, 0, "k", []byte("new"), nx(time.Minute)); err != nil || r.Written {
+			t.Errorf("instance %d: SET NX on the killed holder's key = %+v, %v; want not written", i, r, err)
+		}
+		if tok, ok, err := be.Get(ctx, 0, "k"); err != nil || !ok || string(tok) != "lockproxy:lost-lease" {
+			t.Errorf("instance %d: GET = %q, %v, %v; want the fence token", i, tok, ok, err)
+		}
+		if ms, err := be.PTTL(ctx, 0, "k"); err != nil || ms <= 0 || ms > maxLeft.Milliseconds() {
+			t.Errorf("instance %d: PTTL = %d, %v; want in (0, %d]", i, ms, err, maxLeft.Milliseconds())
+		}
+		if got := evalInt(t, be, releaseSrc, "k", "tok"); got != 0 {
+			t.Errorf("instance %d: release by the lost owner = %d; want 0", i, got)
+		}
+		if _, err := be.Del(ctx, 0, []string{"k"}); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			t.Errorf("instance %d: DEL = %v; want TRYAGAIN", i, err)
+		}
+		if r, err := be.Set(ctx, 0, fmt.Sprintf("unrelated:%d", i), []byte("x"), nx(time.Minute)); err != nil || !r.Written {
+			t.Errorf("instance %d: SET NX of another key = %+v, %v; want written", i, r, err)
+		}
+	}
+	for end := time.Now().Add(20 * time.Second); ; {
+		r, err := others[len(others)-1].Set(ctx, 0, "k", []byte("after"), nx(time.Minute))
+		if err == nil && r.Written {
+			if took := time.Since(start); took < ttl-ttl/100-2*time.Millisecond {
+				t.Fatalf("the key was granted again %v after the killed holder's grant, before its %v TTL", took, ttl)
+			}
+			break
+		}
+		if err != nil || time.Now().After(end) {
+			t.Fatalf("SET NX after the fence = %+v, %v", r, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the deadline
+	}
+	for i, be := range others {
+		if tok, ok, err := be.Get(ctx, 0, "k"); err != nil || !ok || string(tok) != "after" {
+			t.Errorf("instance %d: GET after the fence = %q, %v, %v; want after", i, tok, ok, err)
+		}
+	}
+}
