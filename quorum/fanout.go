@@ -97,9 +97,13 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 	o := &op{replies: make([]nodeReply, n), calls: make([]*call, n), left: n, wake: make(chan struct{}, 1)}
 	send := func(i int, r *req) {
 		s := b.nodes[i].stream(db, &b.cfg)
+		if b.pending.blocks(s, i, db, r.writes) {
+			o.deliver(i, nil, errUndoPending)
+			return
+		}
 		cl := &call{o: o, c: s, node: i, n: r.cmds.N, vals: make([]backend.Value, 0, r.cmds.N), undo: r.undo, sent: time.Now()}
 		o.calls[i] = cl
-		b.pending.add(i, db, r.undo, 1)
+		b.pending.add(s, i, db, r.undo, 1)
 		s.send(cl, r.cmds.B)
 	}
 	b.dispatch(o, db, reqFor, send)
@@ -144,8 +148,6 @@ func (b *Backend) dispatch(o *op, db int, reqFor func(i int) *req, send func(i i
 			// undos: an acquire may have landed there just before the
 			// quarantine began.
 			o.deliver(i, nil, errQuarantined)
-		case b.pending.blocks(i, db, r.writes):
-			o.deliver(i, nil, errUndoPending)
 		default:
 			send(i, r)
 		}

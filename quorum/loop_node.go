@@ -144,7 +144,7 @@ func (ln *lnode) traffic(in []byte) int {
 			ln.pending, ln.head = ln.pending[:k], 0
 		}
 		ln.st.replies.Observe(time.Since(cl.sent).Seconds())
-		ln.st.undos.add(ln.st.node, ln.st.db, cl.undo, -1)
+		ln.st.undos.add(ln.st, ln.st.node, ln.st.db, cl.undo, -1)
 		cl.o.deliver(cl.node, cl.vals, nil)
 		if ln.cur == nil { // the delivery broke the connection (a retry that found it overdue)
 			return len(in)

@@ -65,6 +65,10 @@ func (ql *qloop) run(db int, reqFor func(int) *req, again func(int, nodeReply) *
 
 func (lo *lop) send(i int, r *req) {
 	ln := lo.ql.node(i, lo.db)
+	if lo.ql.b.pending.blocks(ln.st, i, lo.db, r.writes) {
+		lo.op.deliver(i, nil, errUndoPending)
+		return
+	}
 	var cl *call
 	if i < inlineNodes && lo.calls[i] == nil && r.cmds.N == 1 { // the first call to node i (a retry gets its own)
 		cl = &lo.cls[i]
@@ -74,7 +78,7 @@ func (lo *lop) send(i int, r *req) {
 	}
 	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, time.Now()
 	lo.calls[i] = cl
-	lo.ql.b.pending.add(i, lo.db, r.undo, 1)
+	lo.ql.b.pending.add(ln.st, i, lo.db, r.undo, 1)
 	ln.send(cl, r.cmds.B)
 }
 

@@ -150,8 +150,7 @@ func (n *node) stream(db int, cfg *Config) *stream {
 	if n.closed {
 		s = closedStream(n.addr, db)
 	} else {
-		s = newStream(n.addr, db, n.opt, cfg, n.replies, n.onRunID)
-		s.node, s.undos = n.index, n.pending
+		s = newStream(n.addr, db, n.opt, cfg, n.replies, n.onRunID, n.index, n.pending)
 	}
 	n.streams[db].Store(s)
 	return s

@@ -116,8 +116,8 @@ var (
 	errOverdue      = errors.New("quorum: node reply overdue")
 )
 
-func newStream(addr string, db int, opt *redis.Options, cfg *Config, replies prometheus.Observer, onRunID func(string)) *stream {
-	s := &stream{addr: addr, db: db, opt: opt, cfg: cfg, replies: replies, onRunID: onRunID,
+func newStream(addr string, db int, opt *redis.Options, cfg *Config, replies prometheus.Observer, onRunID func(string), node int, undos *pendingUndos) *stream {
+	s := &stream{addr: addr, db: db, opt: opt, cfg: cfg, replies: replies, onRunID: onRunID, node: node, undos: undos,
 		wake: make(chan struct{}, 1), ready: make(chan struct{}), done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run()
@@ -174,7 +174,7 @@ func (s *stream) keepUndo(cl *call) {
 		s.redo = append(s.redo, cl.undo...)
 		return
 	}
-	s.undos.add(s.node, s.db, cl.undo, -1) // dropped: it will not run
+	s.undos.add(s, s.node, s.db, cl.undo, -1) // dropped: it will not run
 }
 
 // overdue is told that cl's operation stopped waiting for it after a full
@@ -380,7 +380,7 @@ func (s *stream) readLoop(br *resp.Reader) error {
 		}
 		s.mu.Unlock()
 		s.replies.Observe(time.Since(cl.sent).Seconds())
-		s.undos.add(s.node, s.db, cl.undo, -1)
+		s.undos.add(s, s.node, s.db, cl.undo, -1)
 		cl.o.deliver(cl.node, cl.vals, nil)
 	}
 }
@@ -443,7 +443,7 @@ func (s *stream) connect() (net.Conn, *resp.Reader, error) {
 		if len(s.redo) < maxRedo {
 			s.redo = append(s.redo, redo...)
 		} else {
-			s.undos.add(s.node, s.db, redo, -1) // dropped: they will not run
+			s.undos.add(s, s.node, s.db, redo, -1) // dropped: they will not run
 		}
 		s.runID = runID
 		s.mu.Unlock()
@@ -466,7 +466,6 @@ func (s *stream) connect() (net.Conn, *resp.Reader, error) {
 			putBack()
 			return nil, nil, err
 		}
-		s.undos.add(s.node, s.db, redo, -1) // they ran before this connection carries anything
 		for _, v := range vals[:len(kill)] {
 			if v.Kind == backend.KindError && !strings.Contains(string(v.Str), "No such client") {
 				s.cfg.Logger.Warn("quorum node refused to close a replaced connection: an operation still queued on it may run out of order",
@@ -479,6 +478,7 @@ func (s *stream) connect() (net.Conn, *resp.Reader, error) {
 		putBack()
 		return nil, nil, fmt.Errorf("connection setup: %w", context.DeadlineExceeded)
 	}
+	s.undos.add(s, s.node, s.db, redo, -1) // they ran before this connection carries anything
 	if s.onRunID != nil {
 		s.onRunID(runID) // a restarted node is quarantined before this connection carries a vote
 	}
