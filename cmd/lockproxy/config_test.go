@@ -59,7 +59,7 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
-// TestLeaseRowDelayKey: postgres-lease-row-delay defaults to 200ms and is
+// TestLeaseRowDelayKey: postgres-lease-row-delay defaults to 0s and is
 // set by file, env and flag, 0s included (a row at once).
 func TestLeaseRowDelayKey(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.yaml")
@@ -70,7 +70,7 @@ func TestLeaseRowDelayKey(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{"default", nil, nil, "200ms"},
+		{"default", nil, nil, "0s"},
 		{"file", []string{"--config", file}, nil, "1s"},
 		{"env", []string{"--config", file}, []string{"LOCKPROXY_POSTGRES_LEASE_ROW_DELAY=0s"}, "0s"},
 		{"flag", []string{"--config", file, "--postgres-lease-row-delay", "50ms"}, []string{"LOCKPROXY_POSTGRES_LEASE_ROW_DELAY=0s"}, "50ms"},

@@ -31,17 +31,17 @@ const PGEnv = "LOCKPROXY_TEST_PG_DSN"
 
 // PGRowDelayEnv names the environment variable that sets the lease row
 // delay (pgbridge.Config.LeaseRowDelay) of the tests that do not choose
-// one: e.g. 0s for a row at once. Unset, they run with lockproxy's
-// default, 200ms.
+// one: e.g. 200ms to defer rows. Unset, they run with lockproxy's
+// default, 0s (a row at once).
 const PGRowDelayEnv = "LOCKPROXY_TEST_PG_ROW_DELAY"
 
 // PostgresRowDelay is the lease row delay of LOCKPROXY_TEST_PG_ROW_DELAY,
-// or lockproxy's default (200ms).
+// or lockproxy's default (0s).
 func PostgresRowDelay(t testing.TB) time.Duration {
 	t.Helper()
 	v := os.Getenv(PGRowDelayEnv)
 	if v == "" {
-		return 200 * time.Millisecond
+		return 0
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {

@@ -7,7 +7,7 @@
 # Starts its own redis-servers on BASE_PORT+1..+4 (default 17000) and
 # lockproxy on BASE_PORT+100; stops only what it started. Not part of the
 # test suite: figures on a shared machine are only worth their ratios.
-# DATA_PATH (goroutines, loops; default goroutines) is lockproxy's front
+# DATA_PATH (loops, goroutines; default loops, as lockproxy's) is its front
 # end. BEFORE_REV=<git revision> also measures lockproxy built from that
 # revision, same front end, same nodes, same run (on BASE_PORT+101): a
 # before/after comparison that the machine's noise affects alike.
@@ -17,7 +17,7 @@ dur=${2:-10s}
 base=${BASE_PORT:-17000}
 . "$(dirname "$0")/common.sh" # root, dir, pids, cleanup at exit, cpu
 
-data_path=${DATA_PATH:-goroutines}
+data_path=${DATA_PATH:-loops}
 (cd "$root" && go build -o "$dir/lockproxy" ./cmd/lockproxy && go build -o "$dir/lockbench" ./cmd/lockbench)
 if [ -n "${BEFORE_REV:-}" ]; then
 	mkdir "$dir/before"
