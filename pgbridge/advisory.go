@@ -45,6 +45,7 @@ type held struct {
 	granted  int64 // deferred: when, Unix ms
 	lost     bool  // kept as a fence after its session was lost; no longer counted in rows
 	timer    *time.Timer
+	rowless  *atomic.Int64 // deferred: its session's count of row-less locks (holder.rowless)
 }
 
 // valid reports whether the session that took the lock is still the
@@ -160,7 +161,7 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 		return backend.SetResult{}, true, nil
 	}
 	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen,
-		row: !deferred, deferred: deferred, granted: now.UnixMilli()}
+		row: !deferred, deferred: deferred, granted: now.UnixMilli(), rowless: q.rowless}
 	st.owned[k] = e
 	a.rows.Add(1)
 	if deferred {

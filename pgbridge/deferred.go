@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -118,7 +119,7 @@ func (h *holder) registerSession(ctx context.Context, conn *pgx.Conn) error {
 	err := conn.QueryRow(ctx, `INSERT INTO `+h.a.b.cfg.Schema+`.sessions (pid, marker, holder)
 		VALUES (pg_backend_pid(), 'pg_temp.lockproxy_session_marker'::regclass, $1) RETURNING pid, marker`, h.name).Scan(&h.pid, &h.marker)
 	h.until = 0
-	h.rowless.Store(0)
+	h.rowless.Store(new(atomic.Int64))
 	return err
 }
 
@@ -316,11 +317,11 @@ func (a *advisory) writeRow(k dbKey, e *held) {
 			return
 		}
 		// Kept as a fence for fenceRowless; its deadline ends it.
-		e.timer = time.AfterFunc(time.Until(time.UnixMilli(e.deadline)), func() { a.expire(k, e) })
+		a.armExpiry(k, e)
 		return
 	}
 	if e.deadline <= nowMS() {
-		a.arm(k, e) // its expiry is due: the deadline timer releases it
+		a.armExpiry(k, e) // its expiry is due: the deadline timer releases it
 		return
 	}
 	q := a.rowQuery(k, e, e.state)
@@ -330,7 +331,7 @@ func (a *advisory) writeRow(k dbKey, e *held) {
 	}
 	if q.fenced { // cannot be: a row is written only by the session holding the lock
 		a.b.log.Error("pgbridge: a deferred lease row met a fence; the lock stays without a row", "db", k.db)
-		a.arm(k, e)
+		a.armExpiry(k, e)
 		return
 	}
 	e.row = true
@@ -342,8 +343,8 @@ func (a *advisory) writeRow(k dbKey, e *held) {
 // stripe locked): its session's count of row-less locks falls with it.
 func (a *advisory) settled(k dbKey, e *held) {
 	a.rowless[k.db].Add(-1)
-	if e.gen == e.h.gen.Load() { // a later session counts from 0
-		e.h.rowless.Add(-1)
+	if e.rowless != nil {
+		e.rowless.Add(-1) // its own session's count, whichever session holds now
 	}
 }
 
@@ -360,7 +361,10 @@ func (h *holder) lowerSQL() string {
 // makes them, before any later batch of it decides; a batch that grants a
 // row-less lock raises instead. (A count that ends are subtracted from
 // late only delays the lowering.)
-func (h *holder) lowerable() bool { return h.until > 0 && h.rowless.Load() == 0 }
+func (h *holder) lowerable() bool {
+	c := h.rowless.Load()
+	return h.until > 0 && c != nil && c.Load() == 0
+}
 
 // drainWait bounds drain: a holder lowers its rowless_until_ms at its
 // next ping (pingEvery).

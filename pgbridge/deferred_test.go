@@ -279,3 +279,35 @@ func testHolderKilled(t *testing.T, phase string, n int) {
 		}
 	}
 }
+
+// TestLateRowWriteStillExpires: a deferred lease whose row write comes
+// only after its deadline (its stripe busy, the process starved) still
+// ends at its deadline: the late write arms the expiry instead of itself
+// (found by review: it re-armed the row write at once, for ever, and the
+// advisory lock never expired).
+func TestLateRowWriteStillExpires(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg := pgbridge.Config{DSN: testsrv.SharedPostgres(t).NewDatabase(t), Strategy: pgbridge.Advisory,
+		LeaseRowDelay: 100 * time.Millisecond}
+	b, other := newBackendCfg(t, cfg), newBackendCfg(t, cfg)
+	if r, err := b.Set(ctx, 0, "late", []byte("tok"), nx(300*time.Millisecond)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	unlock := pgbridge.HoldStripe(b, 0, "late") // past the row time (100ms) and the deadline (300ms)
+	time.Sleep(350 * time.Millisecond)
+	unlock()
+	for end := time.Now().Add(3 * time.Second); ; {
+		// Another instance: the holder's own next command on the key
+		// would end the lease anyway.
+		r, err := other.Set(ctx, 0, "late", []byte("next"), nx(time.Second))
+		if err == nil && r.Written {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("another instance's SET NX 3 s after a 300 ms lease = %+v, %v: the lease never ended", r, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the expiry
+	}
+}

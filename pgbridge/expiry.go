@@ -35,6 +35,18 @@ func (a *advisory) arm(k dbKey, e *held) {
 			return
 		}
 	}
+	a.armExpiry(k, e)
+}
+
+// armExpiry sets the timer that ends e at its deadline, whether or not it
+// has its row: for a row write that came too late (its deadline passed,
+// or it met a fence), which arm would send back to writeRow at once, and
+// for ever (found by review: the advisory lock then never expired).
+func (a *advisory) armExpiry(k dbKey, e *held) {
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
 	if e.deadline == 0 {
 		return
 	}

@@ -22,17 +22,21 @@ import (
 // counts as lost: never answered as held by its owner, and, when it has a
 // deadline, a fence until then (fence.go).
 type holder struct {
-	a       *advisory
-	idx     int
-	name    string // holder column value: instance/idx
-	queue   chan *query
-	check   chan struct{} // a nudge to ping now: another holder's session was lost
-	gen     atomic.Uint64 // the session's generation; 0 while down
-	lost    atomic.Int64  // sessions lost
-	until   int64         // the session's rowless_until_ms as last set (deferred.go); the holder goroutine's own
-	pid     int32         // the session's backend pid and marker (deferred.go); the holder goroutine's own
-	marker  uint32
-	rowless atomic.Int64 // row-less locks the session granted that have neither a row nor ended
+	a      *advisory
+	idx    int
+	name   string // holder column value: instance/idx
+	queue  chan *query
+	check  chan struct{} // a nudge to ping now: another holder's session was lost
+	gen    atomic.Uint64 // the session's generation; 0 while down
+	lost   atomic.Int64  // sessions lost
+	until  int64         // the session's rowless_until_ms as last set (deferred.go); the holder goroutine's own
+	pid    int32         // the session's backend pid and marker (deferred.go); the holder goroutine's own
+	marker uint32
+	// rowless counts the row-less locks the current session granted that
+	// have neither a row nor ended: one counter per session (each lease
+	// keeps its own session's), so that a lease of a lost session cannot
+	// count off a later one's (registerSession).
+	rowless atomic.Pointer[atomic.Int64]
 }
 
 // query is one statement for a holder: an acquire or a release, which
@@ -42,14 +46,15 @@ type holder struct {
 type query struct {
 	kind     qkind
 	k        dbKey
-	token    []byte // acquire
-	dl       int64  // acquire: deadline, Unix ms, 0 for none
-	deferred bool   // acquire: without a row (deferred.go)
-	row      bool   // release: the lease has a row to delete
-	id       int64  // release: the lock id; acquire: the id it locked
-	ok       bool   // acquire: locked (and its row written unless deferred)
-	fenced   bool   // a write that found the key fenced (fence.go, deferred.go)
-	locks    bool   // a statement that takes advisory locks (held back by a quarantine, horizon.go)
+	token    []byte        // acquire
+	dl       int64         // acquire: deadline, Unix ms, 0 for none
+	deferred bool          // acquire: without a row (deferred.go)
+	rowless  *atomic.Int64 // a deferred acquire granted: its session's count (holder.rowless)
+	row      bool          // release: the lease has a row to delete
+	id       int64         // release: the lock id; acquire: the id it locked
+	ok       bool          // acquire: locked (and its row written unless deferred)
+	fenced   bool          // a write that found the key fenced (fence.go, deferred.go)
+	locks    bool          // a statement that takes advisory locks (held back by a quarantine, horizon.go)
 	sql      string
 	args     []any
 	scan     func(pgx.Row) error
@@ -483,7 +488,8 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 		first = h.unfence(ctx, conn, acq)
 		for _, q := range acq {
 			if q.ok && q.deferred && first == nil {
-				h.rowless.Add(1) // before the acquire hears of it, and before the next batch
+				q.rowless = h.rowless.Load()
+				q.rowless.Add(1) // before the acquire hears of it, and before the next batch
 			}
 		}
 	}
