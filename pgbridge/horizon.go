@@ -35,18 +35,6 @@ import (
 // a TTL are not bounded by anything: a crash of PostgreSQL loses them; so
 // does a lease longer than maxCovered, which the horizon leaves out: one
 // client's lock for a day must not stop every lock for a day after a crash.
-//
-// A crash of one backend (SIGKILL, the OOM killer, a segfault) is a restart
-// too, without a new postmaster: PostgreSQL reinitialises its shared
-// memory, every session ends and UNLOGGED tables are emptied, but
-// pg_postmaster_start_time() stays (found by review: a second instance
-// granted a lock still held). So an UNLOGGED one-row table,
-// <schema>.horizon_alive, marks the current incarnation: a new holder
-// session that finds it empty carries the horizon into carried_ms and
-// fills it, in one transaction, so that every session after it, of any
-// instance, waits for carried_ms as well. The first start on a database
-// (or of this version) carries too: a one-time wait for the horizon
-// recorded so far.
 
 // horizonSlack is how far past a deadline the horizon is raised: the
 // longest a restart quarantine outlasts the leases, and the shortest time
@@ -64,26 +52,6 @@ func horizonDDL(schema string) string {
 		pm_start   timestamptz NOT NULL,
 		horizon_ms bigint      NOT NULL,
 		carried_ms bigint      NOT NULL DEFAULT 0)`
-}
-
-// aliveDDL creates the incarnation mark (see above).
-func aliveDDL(schema string) string {
-	return `CREATE UNLOGGED TABLE IF NOT EXISTS ` + schema + `.horizon_alive (
-		one boolean PRIMARY KEY DEFAULT true CHECK (one))`
-}
-
-// carryAfterCrash fills an empty incarnation mark and, when it was empty,
-// carries the horizon into carried_ms, in one transaction: a concurrent
-// session's insert waits for it and then finds the mark, and the carry.
-func (a *advisory) carryAfterCrash(ctx context.Context, conn *pgx.Conn) error {
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO `+a.b.cfg.Schema+`.horizon_alive (one) VALUES (true) ON CONFLICT DO NOTHING`)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err
-		}
-		_, err = tx.Exec(ctx, `UPDATE `+a.b.cfg.Schema+`.horizon SET carried_ms = GREATEST(carried_ms, horizon_ms)`)
-		return err
-	})
 }
 
 // cover makes sure the horizon covers deadline (Unix ms on this process's
@@ -119,9 +87,6 @@ func (a *advisory) cover(ctx context.Context, deadline int64) error {
 // under an earlier postmaster may still be live, and holds back locking
 // until then (plus the drift allowance).
 func (a *advisory) quarantineAfter(ctx context.Context, conn *pgx.Conn) error {
-	if err := a.carryAfterCrash(ctx, conn); err != nil {
-		return err
-	}
 	var left *int64
 	err := conn.QueryRow(ctx, `SELECT CASE WHEN pm_start = pg_postmaster_start_time() THEN carried_ms
 			ELSE GREATEST(horizon_ms, carried_ms) END - `+pgNowMS+` FROM `+a.b.cfg.Schema+`.horizon`).Scan(&left)
