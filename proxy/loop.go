@@ -303,23 +303,34 @@ func (lc *loopConn) runOff(args [][]byte) {
 	lc.busy = true
 	go func() {
 		r := lc.cl.run(args)
-		lc.mu.Lock()
-		gone, detached := lc.gone, lc.detached
-		if !gone {
-			lc.done = &r
+		if nc := lc.handBack(r); nc != nil {
+			lc.finish(nc, r) // already off the loop
 		}
-		lc.mu.Unlock()
-		if detached != nil {
-			lc.finish(detached, r) // OnClose left the half-closed connection to this goroutine
-			return
-		}
-		if gone {
-			lc.cl.closeUpstream() // OnClose left both to this goroutine
-			lc.s.forget(lc.cl)
-			return
-		}
-		lc.gc.Wake(nil)
 	}()
+}
+
+// handBack gives the loop the result of a command that ran off it or was
+// started on it (loop_backend.go). When OnClose left the connection to the
+// command's end it cleans up instead, and it returns the half-closed
+// connection, if any, for the caller to finish (off the loop: finish
+// writes and may run more commands).
+func (lc *loopConn) handBack(r result) (detached net.Conn) {
+	lc.mu.Lock()
+	gone, detached := lc.gone, lc.detached
+	if !gone {
+		lc.done = &r
+	}
+	lc.mu.Unlock()
+	switch {
+	case detached != nil:
+		return detached
+	case gone:
+		lc.cl.closeUpstream()
+		lc.s.forget(lc.cl)
+	default:
+		lc.gc.Wake(nil)
+	}
+	return nil
 }
 
 // take returns the off-loop command's result once it is there.

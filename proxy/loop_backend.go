@@ -201,25 +201,9 @@ func (c *loopCmd) complete() {
 			r.v = cl.errorValue(cl.lastCmd, c.err)
 		}
 	}
-	lc.mu.Lock()
-	gone, detached := lc.gone, lc.detached
-	if !gone {
-		lc.done = &r
+	if nc := lc.handBack(r); nc != nil {
+		go lc.finish(nc, r) // this runs on the loop
 	}
-	lc.mu.Unlock()
-	if detached != nil {
-		// OnClose left the half-closed connection to the command's end,
-		// as runOff's goroutine takes it; finishing it writes and may run
-		// more commands, so not on the loop.
-		go lc.finish(detached, r)
-		return
-	}
-	if gone {
-		lc.cl.closeUpstream() // OnClose left both to the command's end
-		lc.s.forget(lc.cl)
-		return
-	}
-	lc.gc.Wake(nil)
 }
 
 func (c *loopCmd) deadline() time.Time { return c.t0.Add(c.lc.s.cfg.CommandTimeout) }
