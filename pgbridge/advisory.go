@@ -74,7 +74,7 @@ func newAdvisory(b *Backend) *advisory {
 func (a *advisory) logged() bool { return false }
 
 func (a *advisory) extraDDL() []string {
-	return []string{horizonDDL(a.b.cfg.Schema), sessionsDDL(a.b.cfg.Schema)}
+	return []string{horizonDDL(a.b.cfg.Schema), aliveDDL(a.b.cfg.Schema), sessionsDDL(a.b.cfg.Schema)}
 }
 
 // start LISTENs for routed operations, starts the holder sessions and the

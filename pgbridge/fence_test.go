@@ -2,9 +2,13 @@ package pgbridge_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -308,5 +312,93 @@ func TestLostLockWithoutTTLFreesKey(t *testing.T) {
 	}
 	if tok, ok, err := b.Get(ctx, 0, "gone"); err != nil || !ok || string(tok) != "new" {
 		t.Fatalf("GET = %q, %v, %v; want new", tok, ok, err)
+	}
+}
+
+// TestBackendCrashQuarantine: one PostgreSQL backend killed (as the OOM
+// killer would) makes the postmaster reinitialise: every session ends and
+// the UNLOGGED tables are emptied, but pg_postmaster_start_time() stays.
+// No instance may grant a lock that was held before it until that lock's
+// lease has ended (a second instance did, before the incarnation mark).
+func TestBackendCrashQuarantine(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := testsrv.StartPostgres(t)
+	dsn := pg.NewDatabase(t)
+	a := newBackendCfg(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory})
+	b := newBackendCfg(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory})
+	const ttl = 6 * time.Second
+	start := time.Now()
+	if r, err := a.Set(ctx, 0, "crash", []byte("tok"), nx(ttl)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	victim, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := victim.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(30 * time.Second); ; {
+		r, err := b.Set(ctx, 0, "crash", []byte("other"), nx(time.Second))
+		if err == nil && r.Written {
+			if took := time.Since(start); took < ttl-ttl/100-2*time.Millisecond {
+				t.Fatalf("granted %v after a %v lease from before the backend crash", took, ttl)
+			}
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("SET NX after the crash = %+v, %v; never granted", r, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling for the reconnect and the quarantine's end
+	}
+}
+
+// TestCrashCarryIgnoresLaterCover: the first statement of a new
+// incarnation carries the horizon, whichever it is. Emptying the mark
+// stands in for a crash here (a crash empties it too, with the sessions):
+// a grant's cover that comes first carries and only then raises the
+// horizon, so a holder session that starts after it waits for the leases
+// from before (a's 3 s), not for the 60 s lease covered after. When only
+// holder sessions carried, the refused acquires' covers that run before
+// the holders are back were carried too, and a restart waited 31 s for a
+// 1 s lease.
+func TestCrashCarryIgnoresLaterCover(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := testsrv.SharedPostgres(t)
+	dsn := pg.NewDatabase(t)
+	a := newBackendCfg(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory})
+	b := newBackendCfg(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory})
+	if r, err := a.Set(ctx, 0, "before", []byte("tok"), nx(3*time.Second)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DELETE FROM lockproxy.horizon_alive`); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.Set(ctx, 0, "after", []byte("tok"), nx(time.Minute)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	c := newBackendCfg(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory})
+	_, err = c.Set(ctx, 0, "other", []byte("tok"), nx(time.Second))
+	var re *backend.ReplyError
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Reply, "TRYAGAIN") {
+		t.Fatalf("SET NX on a new session after the carry = %v; want TRYAGAIN (the leases from before the mark was emptied)", err)
+	}
+	m := regexp.MustCompile(`for (\d+) ms`).FindStringSubmatch(re.Reply)
+	if m == nil {
+		t.Fatalf("TRYAGAIN reply %q names no wait", re.Reply)
+	}
+	if ms, _ := strconv.Atoi(m[1]); ms > 30_000 {
+		t.Fatalf("wait %d ms: the 60 s lease covered after the carry was carried too", ms)
 	}
 }

@@ -35,6 +35,25 @@ import (
 // a TTL are not bounded by anything: a crash of PostgreSQL loses them; so
 // does a lease longer than maxCovered, which the horizon leaves out: one
 // client's lock for a day must not stop every lock for a day after a crash.
+//
+// A crash of one backend (SIGKILL, the OOM killer, a segfault) is a restart
+// too, without a new postmaster: PostgreSQL reinitialises its shared
+// memory, every session ends and UNLOGGED tables are emptied, but
+// pg_postmaster_start_time() stays (a second instance granted a lock still
+// held: TestBackendCrashQuarantine). So an UNLOGGED one-row table,
+// <schema>.horizon_alive, marks the current incarnation. Whoever touches
+// the horizon first in a new incarnation finds the mark empty, fills it
+// and carries horizon_ms into carried_ms in the same statement: a holder
+// session before it reads the quarantine, or a grant's cover before it
+// raises the horizon. Carrying inside cover matters: a refused acquire's
+// cover may run before any holder session is back, and a horizon it raised
+// for a lease never granted must not be carried into the wait (it made a
+// restart wait 31 s for a 1 s lease). A concurrent fill waits on the mark's
+// primary key and then finds it, so exactly one statement carries. A
+// clean shutdown keeps UNLOGGED tables, so a clean restart is seen by
+// pm_start as before. The first start of a version with the mark on a
+// database used before carries too: a one-time wait for the horizon
+// recorded so far.
 
 // horizonSlack is how far past a deadline the horizon is raised: the
 // longest a restart quarantine outlasts the leases, and the shortest time
@@ -54,6 +73,19 @@ func horizonDDL(schema string) string {
 		carried_ms bigint      NOT NULL DEFAULT 0)`
 }
 
+// aliveDDL creates the incarnation mark (see above).
+func aliveDDL(schema string) string {
+	return `CREATE UNLOGGED TABLE IF NOT EXISTS ` + schema + `.horizon_alive (
+		one boolean PRIMARY KEY DEFAULT true CHECK (one))`
+}
+
+// fillMark is a data-modifying WITH clause that fills an empty
+// incarnation mark; `EXISTS (SELECT FROM mark)` is true in the statement
+// that filled it, which then carries the horizon.
+func fillMark(schema string) string {
+	return `WITH mark AS (INSERT INTO ` + schema + `.horizon_alive (one) VALUES (true) ON CONFLICT DO NOTHING RETURNING one) `
+}
+
 // cover makes sure the horizon covers deadline (Unix ms on this process's
 // clock) before a lease with it is granted or extended.
 func (a *advisory) cover(ctx context.Context, deadline int64) error {
@@ -67,10 +99,10 @@ func (a *advisory) cover(ctx context.Context, deadline int64) error {
 	}
 	sent := nowMS()
 	ahead := addMS(deadline-sent, horizonSlack.Milliseconds())
-	h := `INSERT INTO ` + a.b.cfg.Schema + `.horizon AS h (one, pm_start, horizon_ms)
+	h := fillMark(a.b.cfg.Schema) + `INSERT INTO ` + a.b.cfg.Schema + `.horizon AS h (one, pm_start, horizon_ms)
 		VALUES (true, pg_postmaster_start_time(), LEAST(` + pgNowMS + `::numeric + $1::bigint, 9223372036854775807)::bigint)
 		ON CONFLICT (one) DO UPDATE SET
-			carried_ms = CASE WHEN h.pm_start <> EXCLUDED.pm_start THEN GREATEST(h.carried_ms, h.horizon_ms) ELSE h.carried_ms END,
+			carried_ms = CASE WHEN h.pm_start <> EXCLUDED.pm_start OR EXISTS (SELECT FROM mark) THEN GREATEST(h.carried_ms, h.horizon_ms) ELSE h.carried_ms END,
 			horizon_ms = CASE WHEN h.pm_start <> EXCLUDED.pm_start THEN EXCLUDED.horizon_ms ELSE GREATEST(h.horizon_ms, EXCLUDED.horizon_ms) END,
 			pm_start = EXCLUDED.pm_start
 		RETURNING LEAST(h.horizon_ms::numeric - ` + pgNowMS + `, 9223372036854775807)::bigint`
@@ -84,9 +116,14 @@ func (a *advisory) cover(ctx context.Context, deadline int64) error {
 }
 
 // quarantineAfter reads, on a new holder session, how long leases granted
-// under an earlier postmaster may still be live, and holds back locking
+// under an earlier postmaster or incarnation may still be live (after
+// carrying the horizon if it is the first to see the incarnation), and holds back locking
 // until then (plus the drift allowance).
 func (a *advisory) quarantineAfter(ctx context.Context, conn *pgx.Conn) error {
+	carry := fillMark(a.b.cfg.Schema) + `UPDATE ` + a.b.cfg.Schema + `.horizon SET carried_ms = GREATEST(carried_ms, horizon_ms) WHERE EXISTS (SELECT FROM mark)`
+	if _, err := conn.Exec(ctx, carry); err != nil {
+		return err
+	}
 	var left *int64
 	err := conn.QueryRow(ctx, `SELECT CASE WHEN pm_start = pg_postmaster_start_time() THEN carried_ms
 			ELSE GREATEST(horizon_ms, carried_ms) END - `+pgNowMS+` FROM `+a.b.cfg.Schema+`.horizon`).Scan(&left)
