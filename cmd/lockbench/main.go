@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -25,6 +26,7 @@ const releaseSrc = `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.ca
 
 type config struct {
 	addr, compare, password string
+	client                  string
 	clients, keys, resp     int
 	duration, ttl           time.Duration
 	json                    bool
@@ -64,6 +66,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:6380", "address to measure")
 	fs.StringVar(&c.compare, "compare", "", "a second address to measure right after: a real redis-server, redsync:N1,N2,N3 (client-side Redlock), pgx:DSN (raw advisory-lock loop) or pgx-lease:DSN (raw lease-table loop)")
 	fs.StringVar(&c.password, "password", "", "AUTH password")
+	fs.StringVar(&c.client, "client", "go-redis", "the lock client on a Redis address: go-redis (SET NX PX, release by EVALSHA) or redislock (bsm/redislock's Obtain and Release, its own scripts)")
 	fs.IntVar(&c.clients, "clients", 50, "concurrent clients, one connection each")
 	fs.IntVar(&c.keys, "keys", 0, "distinct lock keys shared by all clients (0: one key per client, no contention)")
 	fs.IntVar(&c.resp, "resp", 2, "protocol: 2 or 3")
@@ -75,6 +78,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.clients <= 0 || c.duration <= 0 || c.ttl < time.Millisecond {
 		return errors.New("-clients, -duration and -ttl must be positive")
+	}
+	if c.client != "go-redis" && c.client != "redislock" {
+		return fmt.Errorf("-client %q: use go-redis or redislock", c.client)
 	}
 	if c.resp != 2 && c.resp != 3 {
 		return fmt.Errorf("-resp %d: use 2 or 3", c.resp)
@@ -134,6 +140,9 @@ func measure(ctx context.Context, c config, addr string) (Result, error) {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return Result{}, err
 	}
+	if c.client == "redislock" {
+		return measureRedislock(ctx, c, addr, rdb)
+	}
 	release := redis.NewScript(releaseSrc)
 	if err := release.Load(ctx, rdb).Err(); err != nil {
 		return Result{}, err
@@ -172,6 +181,22 @@ func measureRedsync(ctx context.Context, c config, addr string, nodes []string) 
 			}
 			return nil
 		}, err
+	})
+}
+
+// measureRedislock runs the cycle with bsm/redislock: Obtain (its acquire
+// script by EVALSHA) and Release (its release script), one try each.
+func measureRedislock(ctx context.Context, c config, addr string, rdb *redis.Client) (Result, error) {
+	locker := redislock.New(rdb)
+	return loop(ctx, c, addr, func(ctx context.Context, i int, key string) (bool, func() error, error) {
+		l, err := locker.Obtain(ctx, key, c.ttl, nil)
+		if errors.Is(err, redislock.ErrNotObtained) {
+			return false, nil, nil
+		}
+		if err != nil {
+			return false, nil, err
+		}
+		return true, func() error { return l.Release(ctx) }, nil
 	})
 }
 

@@ -4,6 +4,10 @@
 #
 #   tests/bench/quorum.sh [redsync|redis] [duration]
 #
+# CLIENT=redislock measures bsm/redislock (its own acquire and release
+# scripts) instead of go-redis's SET NX PX + EVALSHA, through lockproxy and
+# against one Redis (mode redis).
+#
 # Starts its own redis-servers on BASE_PORT+1..+4 (default 17000) and
 # lockproxy on BASE_PORT+100; stops only what it started. Not part of the
 # test suite: figures on a shared machine are only worth their ratios.
@@ -42,7 +46,7 @@ sleep 1
 case $mode in
 redsync) baseline=redsync:$nodes ;;
 redis) baseline=127.0.0.1:$((base + 4)) ;;
-*) echo "usage: $0 [redsync|redis] [duration]" >&2; exit 2 ;;
+*) echo "usage: [CLIENT=go-redis|redislock] $0 [redsync|redis] [duration]" >&2; exit 2 ;;
 esac
 
 # measure ADDR [PROXY_PID]: one lockbench run; prints its result and the
@@ -51,7 +55,7 @@ esac
 measure() {
 	local before=() after=() i out cyc lb proxy=${2:-$lp}
 	for p in "$proxy" "${pids[@]:0:4}"; do before+=($(cpu "$p")); done
-	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -clients 50 -duration "$dur" 2>&1)
+	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -client "${CLIENT:-go-redis}" -clients 50 -duration "$dur" 2>&1)
 	for p in "$proxy" "${pids[@]:0:4}"; do after+=($(cpu "$p")); done
 	echo "$out" | grep -v LOADTOOL
 	cyc=$(echo "$out" | sed -n 's/.*(\([0-9]*\) cycles in.*/\1/p')
