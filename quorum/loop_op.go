@@ -54,7 +54,7 @@ func (ql *qloop) run(db int, reqFor func(int) *req, again func(int, nodeReply) *
 	if !deadline.IsZero() && deadline.Before(at) {
 		at = deadline
 	}
-	ql.after(timerEntry{at: at, o: lo})
+	ql.after(at, timerEntry{o: lo})
 	if lo.answered() {
 		// Every node failed at once (down, quarantined): the end runs on
 		// the loop's next pass, so the caller is never called back from
