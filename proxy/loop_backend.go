@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
@@ -166,6 +168,13 @@ func (lc *loopConn) startOnLoop(args [][]byte) (started bool) {
 		c.args = cloneArgs(args)
 		kc.Exec(cl.ctx, c, cl.db, c.args) // the result is pass 2's
 	} else if cc := lookupConn(args[0]); cc != nil && cc.run != nil && isEval(cc.name) && arityOK(cc.arity, len(args)) {
+		if !strings.HasPrefix(cc.name, "evalsha") && !lc.s.knowsScript(args[1]) {
+			// A source not seen yet would be compiled here, in pass 1,
+			// stalling every client of the loop: its first call goes off
+			// the loop (compiled and, on quorum, classified there), as an
+			// EVALSHA's first call does.
+			return false
+		}
 		c.args = cloneArgs(args)
 		cl.lastCmd, cl.alt = cc.name, c
 		cmdEval(cl, c.args)
@@ -175,6 +184,16 @@ func (lc *loopConn) startOnLoop(args [][]byte) (started bool) {
 		lc.busy = true
 	}
 	return c.started
+}
+
+// knowsScript reports whether src is in the script cache (so EVAL src
+// compiles nothing).
+func (s *Server) knowsScript(src []byte) bool {
+	if len(src) > s.cfg.MaxScriptBytes {
+		return false
+	}
+	_, ok := s.scripts.get(luascripts.SHA1(string(src)))
+	return ok
 }
 
 func isEval(name string) bool {

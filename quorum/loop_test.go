@@ -511,3 +511,32 @@ func TestLoopEnrolledNeverOpened(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // polling for a connection set up off the loop
 	}
 }
+
+// A script sent by EVAL whose source the proxy has not seen is compiled
+// off the loops (its first call goes to the node streams, as an EVALSHA
+// that needs classifying does); later calls run on the loop.
+func TestLoopNewEvalOffLoop(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
+	ctx := t.Context()
+	waitLoopReady(t, c, b)
+	for i, src := range []string{"return 7", `return redis.call("get", KEYS[1])`} {
+		keys := []string{}
+		if i == 1 {
+			keys = []string{"k"}
+			c.Set(ctx, "k", "v", 10*time.Second) // keeps the script's reply a string
+		}
+		before := b.LoopOps()
+		if err := c.Eval(ctx, src, keys).Err(); err != nil && err != redis.Nil {
+			t.Fatalf("EVAL %q: %v", src, err)
+		}
+		if n := b.LoopOps() - before; n != 0 {
+			t.Fatalf("the first EVAL of %q ran on the event loop (%d operations): its source was compiled there", src, n)
+		}
+		onLoops(t, b, 1, func() {
+			if err := c.Eval(ctx, src, keys).Err(); err != nil && err != redis.Nil {
+				t.Fatalf("EVAL %q: %v", src, err)
+			}
+		})
+	}
+}
