@@ -138,6 +138,30 @@ type loopCmd struct {
 	set     backend.SetResult
 	v       backend.Value // Eval's value; Get's token in Str (ok in Int), PTTL's in Int
 	err     error
+
+	// Room for args, so that a lock command's copy costs no allocation of
+	// its own (cloneArgs makes two).
+	argv [8][]byte
+	abuf [192]byte
+}
+
+// clone copies args into c.args, in c's own storage when they fit.
+func (c *loopCmd) clone(args [][]byte) {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	if len(args) > len(c.argv) || n > len(c.abuf) {
+		c.args = cloneArgs(args)
+		return
+	}
+	buf := c.abuf[:0]
+	out := c.argv[:len(args)]
+	for i, a := range args {
+		buf = append(buf, a...)
+		out[i] = buf[len(buf)-len(a) : len(buf) : len(buf)] // an empty one stays non-nil, as cloneArgs keeps it
+	}
+	c.args = out
 }
 
 // startOnLoop offers args, a command that would run off the loop, to the
@@ -165,7 +189,7 @@ func (lc *loopConn) startOnLoop(args [][]byte) (started bool) {
 		default:
 			return false
 		}
-		c.args = cloneArgs(args)
+		c.clone(args)
 		kc.Exec(cl.ctx, c, cl.db, c.args) // the result is pass 2's
 	} else if cc := lookupConn(args[0]); cc != nil && cc.run != nil && isEval(cc.name) && arityOK(cc.arity, len(args)) {
 		if !strings.HasPrefix(cc.name, "evalsha") && !lc.s.knowsScript(args[1]) {
@@ -175,7 +199,7 @@ func (lc *loopConn) startOnLoop(args [][]byte) (started bool) {
 			// EVALSHA's first call does.
 			return false
 		}
-		c.args = cloneArgs(args)
+		c.clone(args)
 		cl.lastCmd, cl.alt = cc.name, c
 		cmdEval(cl, c.args)
 		cl.alt = nil
@@ -250,6 +274,11 @@ func (c *loopCmd) Eval(_ context.Context, db int, s backend.Script, keys []strin
 		c.v, c.err = v, err
 		c.complete()
 	})
+	if c.started {
+		// No error: the value is dropped, and turning errOnLoop into an
+		// error reply (cmdEval does) costs two allocations.
+		return backend.Value{}, nil
+	}
 	return backend.Value{}, errOnLoop
 }
 

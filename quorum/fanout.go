@@ -43,7 +43,7 @@ type op struct {
 	left    int
 	closed  bool
 	wake    chan struct{}
-	onLast  func() // instead of wake, on an event loop (loop_op.go): called when the last reply is in
+	onLast  *lop // instead of wake, on an event loop (loop_op.go): its progress runs when the last reply is in (a pointer, not a func: a method value would cost an allocation per operation)
 }
 
 // deliver records node's reply; after the operation stopped waiting, and
@@ -68,7 +68,7 @@ func (o *op) deliver(node int, vals []backend.Value, err error) {
 	last := o.left == 0
 	o.mu.Unlock()
 	if last && o.onLast != nil {
-		o.onLast()
+		o.onLast.progress()
 		return
 	}
 	if last {

@@ -27,7 +27,7 @@ const releaseSrc = `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.ca
 
 // startLoopProxy serves a quorum backend over nodes on the event-loop
 // front end with loops loops; it returns a client of the proxy.
-func startLoopProxy(t *testing.T, nodes []*testsrv.Redis, loops int, cfg quorum.Config) (*redis.Client, *quorum.Backend) {
+func startLoopProxy(t testing.TB, nodes []*testsrv.Redis, loops int, cfg quorum.Config) (*redis.Client, *quorum.Backend) {
 	t.Helper()
 	for _, n := range nodes {
 		cfg.Nodes = append(cfg.Nodes, n.Addr)
