@@ -121,6 +121,7 @@ func (ln *lnode) opened(c *lconn) {
 // order, as stream.readLoop does.
 func (ln *lnode) traffic(in []byte) int {
 	used := 0
+	var now time.Time
 	for used < len(in) {
 		v, n, err := resp.Decode(in[used:])
 		if err != nil {
@@ -151,7 +152,10 @@ func (ln *lnode) traffic(in []byte) int {
 			clear(ln.pending[k:])
 			ln.pending, ln.head = ln.pending[:k], 0
 		}
-		ln.st.replies.Observe(time.Since(cl.sent).Seconds())
+		if now.IsZero() {
+			now = time.Now() // once per read: the replies in it arrived together
+		}
+		ln.st.replies.Observe(now.Sub(cl.sent).Seconds())
 		ln.st.undos.add(ln.st, ln.st.node, ln.st.db, cl.undo, -1)
 		cl.o.deliver(cl.node, cl.vals, nil)
 		if ln.cur == nil { // the delivery broke the connection (a retry that found it overdue)

@@ -18,7 +18,8 @@ type lop struct {
 	again   func(int, nodeReply) *req
 	retried []bool
 	start   time.Time
-	sending bool // inside dispatch or a retry: a reply delivered now is looked at afterwards
+	sentAt  time.Time // when the calls being sent are sent: start, or a retry's time (one clock read per batch)
+	sending bool      // inside dispatch or a retry: a reply delivered now is looked at afterwards
 	ended   bool
 	decide  func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
 
@@ -70,6 +71,7 @@ func (ql *qloop) runOp(lo *lop, reqFor func(int) *req, deadline time.Time) {
 	ql.ops.Add(1)
 	n := len(ql.b.nodes)
 	lo.start = time.Now()
+	lo.sentAt = lo.start
 	lo.op.left = n
 	if n <= inlineNodes {
 		lo.replies, lo.calls = lo.rbuf[:n], lo.cbuf[:n]
@@ -78,7 +80,7 @@ func (ql *qloop) runOp(lo *lop, reqFor func(int) *req, deadline time.Time) {
 	}
 	lo.onLast = lo
 	lo.sending = true
-	ql.b.dispatch(&lo.op, lo.db, reqFor, lo.send)
+	ql.b.dispatch(&lo.op, lo.db, lo.start, reqFor, lo.send)
 	lo.sending = false
 	at := lo.start.Add(ql.b.cfg.NodeTimeout)
 	if !deadline.IsZero() && deadline.Before(at) {
@@ -106,7 +108,7 @@ func (lo *lop) send(i int, r *req) {
 	} else {
 		cl = &call{vals: make([]backend.Value, 0, r.cmds.N)}
 	}
-	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, time.Now()
+	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, lo.sentAt
 	lo.calls[i] = cl
 	lo.ql.b.pending.add(ln.st, i, lo.db, r.undo, 1)
 	ln.send(cl, r.cmds.B)
@@ -141,6 +143,7 @@ func (lo *lop) progress() {
 			break
 		}
 		lo.sending = true
+		lo.sentAt = time.Now()
 		for k, i := range retry {
 			lo.send(i, reqs[k])
 		}

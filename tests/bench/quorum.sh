@@ -13,6 +13,8 @@
 # before/after comparison that the machine's noise affects alike.
 # PERF=<file> records a CPU profile of lockproxy (perf record -g, software
 # clock) during its measurement into <file>: read it with perf report -i.
+# LOCKPROXY_ENV="GOGC=400 ..." is the environment of the build under test
+# only (with BEFORE_REV=HEAD, an A/B of a runtime setting alone).
 # SYSCALLS=1 counts lockproxy's system calls during its first measurement
 # (perf stat on the syscall tracepoints), to divide by its cycles.
 set -euo pipefail
@@ -33,7 +35,7 @@ for i in 1 2 3 4; do
 	pids+=($!)
 done
 nodes=127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))
-"$dir/lockproxy" --backend quorum --quorum-nodes "$nodes" --listen 127.0.0.1:$((base + 100)) --admin-listen '' --data-path "$data_path" >"$dir/lockproxy.log" 2>&1 &
+env ${LOCKPROXY_ENV:-} "$dir/lockproxy" --backend quorum --quorum-nodes "$nodes" --listen 127.0.0.1:$((base + 100)) --admin-listen '' --data-path "$data_path" >"$dir/lockproxy.log" 2>&1 &
 lp=$!
 pids+=($lp)
 if [ -n "${BEFORE_REV:-}" ]; then
