@@ -18,9 +18,26 @@ type lop struct {
 	again   func(int, nodeReply) *req
 	retried []bool
 	start   time.Time
-	sending bool // inside dispatch or a retry: a reply delivered now is looked at afterwards
+	sentAt  time.Time // when the calls being sent are sent: start, or a retry's time (one clock read per batch)
+	sending bool      // inside dispatch or a retry: a reply delivered now is looked at afterwards
 	ended   bool
-	decide  func(replies []nodeReply, elapsed time.Duration)
+	decide  func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
+
+	// The lock path's own operations keep what decides them here rather
+	// than in a decide closure (an allocation per operation saved): an
+	// acquire (kindSet) and a script sent alone (kindEval).
+	kind     lopKind
+	key      string
+	token    []byte
+	setOpt   backend.SetOptions
+	mode     string
+	ttl      time.Duration
+	setDone  func(backend.SetResult, error)
+	script   backend.Script
+	keys     []string
+	args     [][]byte
+	ro       bool
+	evalDone func(backend.Value, error)
 
 	// Storage for the common case (up to inlineNodes nodes, one command
 	// each, one call per node): an operation is a handful of allocations,
@@ -33,28 +50,43 @@ type lop struct {
 
 const inlineNodes = 5
 
+type lopKind uint8
+
+const (
+	kindDecide lopKind = iota // decide
+	kindSet                   // StartSet's acquire
+	kindEval                  // StartEval's script
+)
+
 // run starts an operation on the loop, as fanout does on the streams;
 // decide is called on the loop with the replies, once, never from within
 // run.
 func (ql *qloop) run(db int, reqFor func(int) *req, again func(int, nodeReply) *req, deadline time.Time, decide func([]nodeReply, time.Duration)) {
+	ql.runOp(&lop{ql: ql, db: db, again: again, decide: decide}, reqFor, deadline)
+}
+
+// runOp is run for an operation made by the caller (lo.ql, lo.db and what
+// decides it are set).
+func (ql *qloop) runOp(lo *lop, reqFor func(int) *req, deadline time.Time) {
 	ql.ops.Add(1)
 	n := len(ql.b.nodes)
-	lo := &lop{ql: ql, db: db, again: again, start: time.Now(), decide: decide}
+	lo.start = time.Now()
+	lo.sentAt = lo.start
 	lo.op.left = n
 	if n <= inlineNodes {
 		lo.replies, lo.calls = lo.rbuf[:n], lo.cbuf[:n]
 	} else {
 		lo.replies, lo.calls = make([]nodeReply, n), make([]*call, n)
 	}
-	lo.onLast = lo.progress
+	lo.onLast = lo
 	lo.sending = true
-	ql.b.dispatch(&lo.op, lo.db, reqFor, lo.send)
+	ql.b.dispatch(&lo.op, lo.db, lo.start, reqFor, lo.send)
 	lo.sending = false
 	at := lo.start.Add(ql.b.cfg.NodeTimeout)
 	if !deadline.IsZero() && deadline.Before(at) {
 		at = deadline
 	}
-	ql.after(timerEntry{at: at, o: lo})
+	ql.after(at, timerEntry{o: lo})
 	if lo.answered() {
 		// Every node failed at once (down, quarantined): the end runs on
 		// the loop's next pass, so the caller is never called back from
@@ -76,7 +108,7 @@ func (lo *lop) send(i int, r *req) {
 	} else {
 		cl = &call{vals: make([]backend.Value, 0, r.cmds.N)}
 	}
-	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, time.Now()
+	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, lo.sentAt
 	lo.calls[i] = cl
 	lo.ql.b.pending.add(ln.st, i, lo.db, r.undo, 1)
 	ln.send(cl, r.cmds.B)
@@ -96,12 +128,22 @@ func (lo *lop) progress() {
 	if lo.sending || lo.ended {
 		return
 	}
-	for lo.again != nil {
-		retry, reqs := lo.retries(lo.again, &lo.retried)
+	again := lo.again
+	if lo.kind == kindEval {
+		again = func(_ int, r nodeReply) *req { // only called within retries: no allocation
+			if r.err == nil && len(r.vals) > 0 && noScript(r.vals[0]) {
+				return evalRequest(lo.script, lo.keys, lo.args, lo.ro, false, true)
+			}
+			return nil
+		}
+	}
+	for again != nil {
+		retry, reqs := lo.retries(again, &lo.retried)
 		if len(retry) == 0 {
 			break
 		}
 		lo.sending = true
+		lo.sentAt = time.Now()
 		for k, i := range retry {
 			lo.send(i, reqs[k])
 		}
@@ -129,7 +171,24 @@ func (lo *lop) end() {
 	lo.closed = true
 	lo.mu.Unlock()
 	lo.ql.b.settle(&lo.op)
-	lo.decide(lo.replies, time.Since(lo.start))
+	elapsed := time.Since(lo.start)
+	switch lo.kind {
+	case kindSet:
+		ql := lo.ql
+		res, err, undo := ql.b.setOutcome(lo.setOpt, true, lo.mode, lo.ttl, lo.replies, elapsed)
+		if undo {
+			ur, uagain := undoRequest(lo.key, lo.token)
+			ql.run(lo.db, same(ur), uagain, time.Time{}, func([]nodeReply, time.Duration) {})
+		}
+		lo.setDone(res, err)
+	case kindEval:
+		// Unwatched, nothing is recorded as created: there is nothing to
+		// undo (undoCreated would send nothing).
+		v, err, _, _, _ := lo.ql.b.evalOutcome(lo.keys, lo.args, watchNone, 0, lo.replies, elapsed)
+		lo.evalDone(v, err)
+	default:
+		lo.decide(lo.replies, elapsed)
+	}
 }
 
 var _ backend.LoopBackend = (*qloop)(nil)
@@ -145,15 +204,8 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 		return false
 	}
 	mode, val, ttl := setExpiry(o)
-	r, again := setRequest(key, token, o, true, mode, val)
-	ql.run(db, same(r), again, deadline, func(replies []nodeReply, elapsed time.Duration) {
-		res, err, undo := ql.b.setOutcome(o, true, mode, ttl, replies, elapsed)
-		if undo {
-			ur, uagain := undoRequest(key, token)
-			ql.run(db, same(ur), uagain, time.Time{}, func([]nodeReply, time.Duration) {})
-		}
-		done(res, err)
-	})
+	r, _ := setRequest(key, token, o, true, mode, val) // plain: no script, no fallback
+	ql.runOp(&lop{ql: ql, db: db, kind: kindSet, key: key, token: token, setOpt: o, mode: mode, ttl: ttl, setDone: done}, same(r), deadline)
 	return true
 }
 
@@ -166,13 +218,10 @@ func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byt
 	if w, ok := ql.b.watchCached(s, keys, args, ro); !ok || w != watchNone || !ql.usable(db) {
 		return false
 	}
-	build, again, at := evalPlan(s, keys, args, ro, watchNone)
-	ql.run(db, same(build(false)), again, deadline, func(replies []nodeReply, elapsed time.Duration) {
-		// Unwatched, nothing is recorded as created: there is nothing to
-		// undo (undoCreated would send nothing).
-		v, err, _, _, _ := ql.b.evalOutcome(keys, args, watchNone, at, replies, elapsed)
-		done(v, err)
-	})
+	// evalPlan's request and NOSCRIPT fallback for watchNone, without its
+	// closures (kindEval).
+	r := evalRequest(s, keys, args, ro, false, false)
+	ql.runOp(&lop{ql: ql, db: db, kind: kindEval, script: s, keys: keys, args: args, ro: ro, evalDone: done}, same(r), deadline)
 	return true
 }
 
