@@ -126,7 +126,7 @@ func do(qs ...*query) error {
 // row in one statement on the key's holder. done is false when the key
 // needs the general path (it is held here, or the expiry lies in the past).
 func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend.SetOptions) (backend.SetResult, bool, error) {
-	now := time.Now()
+	now := wallNow()
 	var deadline int64
 	if !o.Expiry.IsZero() {
 		d := o.Expiry.Deadline(now)
@@ -183,7 +183,7 @@ type advTx struct {
 func (t *advTx) before() map[dbKey]state { return t.states }
 
 // clock is this process's clock: the holder's timers end its locks by it.
-func (t *advTx) clock() time.Time { return time.Now() }
+func (t *advTx) clock() time.Time { return wallNow() }
 
 // prepare takes the advisory lock of each key this process does not hold.
 // Keys whose lock another session has are a *heldError, with the instance

@@ -32,8 +32,9 @@ import (
 // until their deadlines. A row-less lock fences nothing by itself, and
 // nobody knows its key once its instance is gone. So each holder session
 // has a row in <schema>.sessions: its pid, a marker (the oid of a
-// temporary table it creates at start) and rowless_until_ms, a time by
-// which every row-less lock it granted has ended. The holder raises it, in
+// temporary table it creates at start) and rowless_until_ms, a time (on
+// PostgreSQL's clock, raiseSQL) by which every row-less lock it granted
+// has ended. The holder raises it, in
 // the batch that grants the lock (one transaction: before the client
 // hears OK), whenever a row-less lock's deadline passes it, by
 // rowlessSlack more than needed, so that it is written about once per
@@ -196,10 +197,17 @@ func (a *advisory) fenceRowless(s session) {
 	}
 }
 
-// raiseSQL raises the session's rowless_until_ms; it answers no row when
-// the session's row is missing (deleted by hand), which ends the session.
+// raiseSQL raises the session's rowless_until_ms to $1 ms after
+// PostgreSQL's now; it answers no row when the session's row is missing
+// (deleted by hand), which ends the session.
+//
+// rowless_until_ms is on PostgreSQL's clock, the one every check compares
+// it with, whatever this instance's clock says (horizon.go's cover does
+// the same): $1 is the time left on this instance's clock, measured before
+// the batch is sent, and the transaction's now is later than the sending,
+// so the value is never early however far the two clocks are apart.
 func (h *holder) raiseSQL() string {
-	return `UPDATE ` + h.a.b.cfg.Schema + `.sessions SET rowless_until_ms = GREATEST(rowless_until_ms, $1)
+	return `UPDATE ` + h.a.b.cfg.Schema + `.sessions SET rowless_until_ms = GREATEST(rowless_until_ms, ` + pgNowMS + ` + $1::bigint)
 		WHERE pid = pg_backend_pid() AND marker = 'pg_temp.lockproxy_session_marker'::regclass RETURNING 1`
 }
 

@@ -311,3 +311,32 @@ func TestLateRowWriteStillExpires(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling for the expiry
 	}
 }
+
+// TestRowlessFenceClockSkew: an instance whose clock is 30 s behind
+// PostgreSQL's grants a 20 s lock without a row, and its holder session
+// is lost before the instance can write the fence row (its stripe is held
+// here, so fenceRowless waits): another instance must still find the key
+// fenced by the session's rowless_until_ms, which is on PostgreSQL's
+// clock. (Written as the instance's clock plus the TTL, it had passed
+// already by PostgreSQL's, and the other instance took the lock while its
+// owner still held it.) Not parallel: the clock is the process's.
+func TestRowlessFenceClockSkew(t *testing.T) {
+	ctx := t.Context()
+	pgbridge.SkewClock(t, -30*time.Second)
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	// The row would be written a minute after the grant: never, for a 20 s lock.
+	cfg := pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, LeaseRowDelay: time.Minute}
+	a, b := newBackendStrict(t, cfg), newBackendStrict(t, cfg)
+	if r, err := a.Set(ctx, 0, "k", []byte("tok"), nx(20*time.Second)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	unlock := pgbridge.HoldStripe(a, 0, "k")
+	defer unlock()
+	killHolders(t, dsn, "k")
+	if r, err := b.Set(ctx, 0, "k", []byte("other"), nx(time.Minute)); err != nil || r.Written {
+		t.Fatalf("another instance's SET NX on the lost row-less lock = %+v, %v; want not written (fenced)", r, err)
+	}
+	if tok, ok, err := b.Get(ctx, 0, "k"); err != nil || !ok || string(tok) != "lockproxy:lost-lease" {
+		t.Errorf("another instance's GET = %q, %v, %v; want the fence token", tok, ok, err)
+	}
+}

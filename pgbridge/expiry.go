@@ -31,7 +31,7 @@ func (a *advisory) arm(k dbKey, e *held) {
 	}
 	if e.deferred && !e.row {
 		if at := e.granted + a.b.cfg.LeaseRowDelay.Milliseconds(); at < e.deadline {
-			e.timer = time.AfterFunc(time.Until(time.UnixMilli(at)), func() { a.writeRow(k, e) })
+			e.timer = time.AfterFunc(untilMS(at), func() { a.writeRow(k, e) })
 			return
 		}
 	}
@@ -50,7 +50,7 @@ func (a *advisory) armExpiry(k dbKey, e *held) {
 	if e.deadline == 0 {
 		return
 	}
-	e.timer = time.AfterFunc(time.Until(time.UnixMilli(e.deadline)), func() { a.expire(k, e) })
+	e.timer = time.AfterFunc(untilMS(e.deadline), func() { a.expire(k, e) })
 }
 
 // expire ends the lease e of k if it is still this one and its deadline

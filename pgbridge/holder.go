@@ -29,7 +29,7 @@ type holder struct {
 	check  chan struct{} // a nudge to ping now: another holder's session was lost
 	gen    atomic.Uint64 // the session's generation; 0 while down
 	lost   atomic.Int64  // sessions lost
-	until  int64         // the session's rowless_until_ms as last set (deferred.go); the holder goroutine's own
+	until  int64         // the session's rowless_until_ms as last set, on this instance's clock (deferred.go); the holder goroutine's own
 	pid    int32         // the session's backend pid and marker (deferred.go); the holder goroutine's own
 	marker uint32
 	// rowless counts the row-less locks the current session granted that
@@ -423,7 +423,7 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 		}
 		if need > h.until { // in the grant's transaction: before any client hears OK
 			raise = addMS(need, rowlessSlack.Milliseconds())
-			pb.Queue(h.raiseSQL(), raise)
+			pb.Queue(h.raiseSQL(), raise-nowMS())
 		}
 		if need > 0 {
 			pb.Queue(h.checkSQL(), checkArgs(acq)...)
