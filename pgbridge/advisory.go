@@ -394,15 +394,10 @@ func qsOf[T any](xs []T, f func(T) *query) []*query {
 	return qs
 }
 
-// countLive counts the rows of db whose holder session still holds the
-// lock (and whose deadline has not come by this process's clock), the
-// fences, and this instance's leases without a row yet (another
-// instance's are not counted: DBSIZE does not see them).
+// countLive counts the live keys of db, locks without rows included, on
+// every instance alike (count.go).
 func (a *advisory) countLive(ctx context.Context, db int, except [][]byte) (int64, error) {
-	var n int64
-	err := a.b.pool.QueryRow(ctx, `SELECT count(*) FROM `+a.b.table+` l WHERE l.db = $1 AND NOT (l.key = ANY($3))
-		AND ((l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder+` OR l.deadline_ms > `+pgNowMS+`)`, db, nowMS(), except).Scan(&n)
-	return n + a.rowlessIn(db, except), err
+	return a.countAll(ctx, db, except)
 }
 
 // evalFast: the advisory strategy has no script fast path. A release runs

@@ -289,8 +289,11 @@ func (a *advisory) deferrable(deadline, now int64) bool {
 }
 
 // rowQuery writes the lease row of k, held by e's session, with state s,
-// unless another session's row fences the key (q.fenced).
+// unless another session's row fences the key (q.fenced). A key locked
+// for one operation (neither a row nor deferred) becomes a lease with it,
+// counted for DBSIZE (count.go).
 func (a *advisory) rowQuery(k dbKey, e *held, s state) *query {
+	begins, h, gen := !e.row && !e.deferred, e.h, e.gen
 	q := &query{sql: `INSERT INTO ` + a.b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
 		VALUES ($1, $2, $3, $4, $5, $6, pg_backend_pid())
 		ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
@@ -303,6 +306,8 @@ func (a *advisory) rowQuery(k dbKey, e *held, s state) *query {
 			q.fenced = true
 		} else if err != nil {
 			return err
+		} else if begins {
+			h.counted(k.db, gen)
 		}
 		return nil
 	}
@@ -414,19 +419,6 @@ func (a *advisory) drain(ctx context.Context) {
 		case <-time.After(20 * time.Millisecond): // polling for the holders' pings
 		}
 	}
-}
-
-// rowlessIn counts this instance's leases of db without a row, but for
-// the keys of except (whose stripes the caller holds).
-func (a *advisory) rowlessIn(db int, except [][]byte) int64 {
-	n := a.rowless[db].Load()
-	for _, key := range except {
-		k := dbKey{db, string(key)}
-		if e := a.b.stripe(k).owned[k]; e != nil && e.deferred && !e.row && e.valid() {
-			n--
-		}
-	}
-	return n
 }
 
 // reapSessions deletes the sessions rows of ended sessions that fence

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/pgbridge"
+	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // deferredDelay is the row delay of the multi-instance tests: long enough
@@ -339,4 +340,82 @@ func TestRowlessFenceClockSkew(t *testing.T) {
 	if tok, ok, err := b.Get(ctx, 0, "k"); err != nil || !ok || string(tok) != "lockproxy:lost-lease" {
 		t.Errorf("another instance's GET = %q, %v, %v; want the fence token", tok, ok, err)
 	}
+}
+
+// TestDeferredDBSize: DBSIZE answers the same on every instance, within
+// the row delay (locks without rows, which only their instance knows) and
+// after it (their rows, once the sessions have lowered rowless_until_ms),
+// and after a release routed to the holder; so does DBSIZE in a script,
+// also one over a key its own instance holds without a row. The third
+// instance writes its rows at once. (Before, an instance counted only its
+// own row-less locks: the third answered 6 for 12.)
+func TestDeferredDBSize(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	var bes []*pgbridge.Backend
+	for _, d := range []time.Duration{deferredDelay, deferredDelay, 0} {
+		bes = append(bes, newBackendStrict(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, LeaseRowDelay: d}))
+	}
+	sql, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(context.Background())
+	dbsizes := func(phase string, want int64) {
+		t.Helper()
+		for i, be := range bes {
+			if n, err := be.DBSize(ctx, 0); err != nil || n != want {
+				t.Errorf("%s: instance %d: DBSIZE = %d, %v; want %d", phase, i, n, err, want)
+			}
+			v, err := be.Eval(ctx, 0, scriptOf(`return redis.call("dbsize")`), nil, nil, true)
+			if err != nil || v.Int != want {
+				t.Errorf("%s: instance %d: DBSIZE in a script = %+v, %v; want %d", phase, i, v, err, want)
+			}
+		}
+		// Over a key of its own instance: the script's round counts it.
+		v, err := bes[0].Eval(ctx, 0, scriptOf(`redis.call("get", KEYS[1]) return redis.call("dbsize")`), []string{"0:0"}, nil, true)
+		if err != nil || v.Int != want {
+			t.Errorf("%s: instance 0: DBSIZE in a script over its key 0:0 = %+v, %v; want %d", phase, v, err, want)
+		}
+	}
+	var keys []string
+	for i, be := range bes {
+		for j := range 3 {
+			key := fmt.Sprintf("%d:%d", i, j)
+			if r, err := be.Set(ctx, 0, key, []byte("tok-"+key), nx(30*time.Second)); err != nil || !r.Written {
+				t.Fatalf("SET NX %s = %+v, %v", key, r, err)
+			}
+			keys = append(keys, key)
+		}
+		key := fmt.Sprintf("%d:forever", i) // no TTL: its row at once
+		if r, err := be.Set(ctx, 0, key, []byte("f"), backend.SetOptions{Cond: backend.IfAbsent}); err != nil || !r.Written {
+			t.Fatalf("SET NX %s = %+v, %v", key, r, err)
+		}
+	}
+	dbsizes("within", 12)
+	if rowOf(t, sql, "0:2") || rowOf(t, sql, "1:2") { // (a script over 0:0 writes its row)
+		t.Fatal("a lock had its row before DBSIZE was asked everywhere: the round took longer than the row delay")
+	}
+	for _, key := range keys {
+		waitRow(t, sql, key)
+	}
+	for end := time.Now().Add(10 * time.Second); ; {
+		var n int
+		if err := sql.QueryRow(ctx, `SELECT count(*) FROM lockproxy.sessions WHERE rowless_until_ms > 0`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the holder sessions did not lower rowless_until_ms within 10s of the last row")
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the holders' pings
+	}
+	dbsizes("after", 12)
+	if got := evalInt(t, bes[1], releaseSrc, "0:1", "tok-0:1"); got != 1 {
+		t.Fatalf("release of 0:1 from instance 1 = %d; want 1", got)
+	}
+	dbsizes("after a release", 11)
 }

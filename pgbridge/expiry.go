@@ -14,6 +14,9 @@ func (a *advisory) drop(st *stripe, k dbKey, e *held) {
 	if (e.row || e.deferred) && !e.lost {
 		a.rows.Add(-1)
 	}
+	if e.row || e.deferred {
+		a.uncounted(k, e)
+	}
 	if e.deferred && !e.row {
 		a.settled(k, e)
 	}
