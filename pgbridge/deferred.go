@@ -140,8 +140,42 @@ type session struct {
 // Every row-less lock of the session that a client was told it holds is
 // among this instance's leases: a grant is stored under its stripe's lock
 // before the client hears of it, and this reads every stripe under its
-// lock. On failure the session's rowless_until_ms keeps fencing every key.
+// lock. On failure the session's rowless_until_ms keeps fencing every key,
+// so a failure is safe but stops every lock until then: it tries again
+// (fenceRetries times, waiting twice as long each time from
+// fenceRetryWait), reading the leases anew each time.
 func (a *advisory) fenceRowless(s session) {
+	wait := fenceRetryWait
+	for try := 1; ; try++ {
+		err := a.fenceRowlessOnce(s)
+		if err == nil || a.b.ctx.Err() != nil {
+			return
+		}
+		if try == fenceRetries {
+			a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows: every key waits until they have ended", "holder", s.h.idx, "err", flatErr(err))
+			return
+		}
+		a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows; trying again", "holder", s.h.idx, "wait", wait, "err", flatErr(err))
+		t := time.NewTimer(wait)
+		select {
+		case <-a.b.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// fenceRetries and fenceRetryWait bound fenceRowless's attempts: about 3 s
+// of waits in all, a transient failure's length.
+const (
+	fenceRetries   = 6
+	fenceRetryWait = 100 * time.Millisecond
+)
+
+// fenceRowlessOnce is one attempt of fenceRowless, in one transaction.
+func (a *advisory) fenceRowlessOnce(s session) error {
 	type lostLease struct {
 		k dbKey
 		e *held
@@ -180,10 +214,7 @@ func (a *advisory) fenceRowless(s session) {
 		return err
 	})
 	if err != nil {
-		if a.b.ctx.Err() == nil {
-			a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows: every key waits until they have ended", "holder", s.h.idx, "err", flatErr(err))
-		}
-		return
+		return err
 	}
 	for _, l := range ls {
 		st := a.b.stripe(l.k)
@@ -195,6 +226,7 @@ func (a *advisory) fenceRowless(s session) {
 		}
 		st.mu.Unlock()
 	}
+	return nil
 }
 
 // raiseSQL raises the session's rowless_until_ms to $1 ms after

@@ -2,6 +2,7 @@ package pgbridge_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -418,4 +419,70 @@ func TestDeferredDBSize(t *testing.T) {
 		t.Fatalf("release of 0:1 from instance 1 = %d; want 1", got)
 	}
 	dbsizes("after a release", 11)
+}
+
+// TestFenceRowlessRetried: the transaction that turns a lost session's
+// row-less locks into fence rows fails (its connection is ended while it
+// waits for a lock on the sessions table); the instance tries again, the
+// key gets its fence row and every other key is free again. (Tried once,
+// the lost session's rowless_until_ms held every key for its 20 s.)
+func TestFenceRowlessRetried(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	cfg := pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, LeaseRowDelay: time.Minute}
+	a, b := newBackendStrict(t, cfg), newBackendStrict(t, cfg)
+	if r, err := a.Set(ctx, 0, "k", []byte("tok"), nx(20*time.Second)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	sql, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(context.Background())
+	locker, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(context.Background())
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	// Reads go on; fenceRowless's UPDATE waits.
+	if _, err := tx.Exec(ctx, `LOCK TABLE lockproxy.sessions IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	killHolders(t, dsn, "k")
+	var pid int32
+	for end := time.Now().Add(10 * time.Second); ; {
+		err := sql.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND query LIKE 'UPDATE lockproxy.sessions SET rowless_until_ms = 0 WHERE pid = $1 AND marker = $2%'`).Scan(&pid)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgx.ErrNoRows) || time.Now().After(end) {
+			t.Fatalf("waiting for the fence transaction to wait for the lock: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the lost session's notice
+	}
+	if _, err := sql.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(15 * time.Second); !rowOf(t, sql, "k"); {
+		if time.Now().After(end) {
+			t.Fatal("the lost row-less lock has no fence row 15 s after its session's end: fenceRowless was not tried again")
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the retry
+	}
+	if r, err := b.Set(ctx, 0, "unrelated", []byte("x"), nx(time.Minute)); err != nil || !r.Written {
+		t.Errorf("SET NX of another key once the fence rows are written = %+v, %v; want written", r, err)
+	}
+	if r, err := b.Set(ctx, 0, "k", []byte("x"), nx(time.Minute)); err != nil || r.Written {
+		t.Errorf("SET NX of the fenced key = %+v, %v; want not written", r, err)
+	}
 }
