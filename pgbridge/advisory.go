@@ -25,6 +25,7 @@ type advisory struct {
 	rows    atomic.Int64                    // leases (the locks this instance holds), with a row or deferred
 	rowless [backend.Databases]atomic.Int64 // deferred leases without a row yet, by db (deferred.go)
 	expired atomic.Uint64                   // leases its timers ended at their deadlines (expiry.go)
+	drained atomic.Bool                     // Close has begun: new leases get their rows at once (deferred.go drain)
 
 	epoch      time.Time    // the monotonic origin of quarantine
 	quarantine atomic.Int64 // no lock is taken before epoch + this (horizon.go)
@@ -442,5 +443,6 @@ func (a *advisory) check(ctx context.Context) error {
 }
 
 func (a *advisory) close() {
+	a.stopTimers()
 	a.router.close()
 }

@@ -317,7 +317,7 @@ func readChecks(br pgx.BatchResults, qs []*query) error {
 // deferrable reports whether a lock granted at now (Unix ms) with deadline
 // may start without a row.
 func (a *advisory) deferrable(deadline, now int64) bool {
-	return a.b.cfg.LeaseRowDelay > 0 && deadline != 0 && deadline-now <= maxDeferredTTL.Milliseconds()
+	return a.b.cfg.LeaseRowDelay > 0 && deadline != 0 && deadline-now <= maxDeferredTTL.Milliseconds() && !a.drained.Load()
 }
 
 // rowQuery writes the lease row of k, held by e's session, with state s,
@@ -420,10 +420,18 @@ const drainWait = pingEvery + time.Second
 // session of this instance has lowered its rowless_until_ms, so that the
 // end of its sessions fences their keys (their rows) rather than every key
 // of the database. A SIGKILL skips it: then every key waits (deferred.go).
+//
+// Clients still take locks while it runs: from its start (drained) they
+// get their rows at once, and its pass over the stripes finds every lease
+// granted without one before (an acquire holds its stripe from its choice
+// to defer to the lease's storing). Otherwise a lock granted row-less
+// after the pass kept its session's rowless_until_ms up, and the drain
+// gave up after drainWait.
 func (a *advisory) drain(ctx context.Context) {
 	if a.b.cfg.LeaseRowDelay == 0 {
 		return
 	}
+	a.drained.Store(true)
 	ctx, cancel := context.WithTimeout(ctx, drainWait)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -486,3 +486,79 @@ func TestFenceRowlessRetried(t *testing.T) {
 		t.Errorf("SET NX of the fenced key = %+v, %v; want not written", r, err)
 	}
 }
+
+// TestCloseUnderLateGrants: a client keeps taking locks while its
+// instance closes. Every lock it was granted has its row once Close
+// returns, no session of the instance is left with rowless_until_ms
+// raised (which would fence every key of the database until then), and
+// no lease timer is left armed. (Before, the locks granted row-less after
+// the drain's pass kept their sessions raised, and the drain gave up.)
+func TestCloseUnderLateGrants(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	b, err := pgbridge.New(ctx, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, LeaseRowDelay: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(context.Background())
+	var granted []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			key := fmt.Sprintf("late:%d", i)
+			r, err := b.Set(ctx, 0, key, []byte("t"), nx(30*time.Second))
+			if err != nil {
+				return // closed
+			}
+			if r.Written {
+				granted = append(granted, key)
+			}
+		}
+	}()
+	for end := time.Now().Add(10 * time.Second); ; { // until some locks are held
+		var n int
+		if err := sql.QueryRow(ctx, `SELECT count(*) FROM lockproxy.sessions WHERE rowless_until_ms > 0`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no session raised its rowless_until_ms within 10s of grants")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the first grants
+	}
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	var raised int
+	if err := sql.QueryRow(ctx, `SELECT count(*) FROM lockproxy.sessions WHERE rowless_until_ms > 0`).Scan(&raised); err != nil {
+		t.Fatal(err)
+	}
+	if raised != 0 {
+		t.Errorf("%d holder sessions ended with rowless_until_ms raised after Close", raised)
+	}
+	var rows int
+	if err := sql.QueryRow(ctx, `SELECT count(*) FROM lockproxy.leases WHERE db = 0 AND key = ANY($1)`, func() [][]byte {
+		bs := make([][]byte, len(granted))
+		for i, k := range granted {
+			bs[i] = []byte(k)
+		}
+		return bs
+	}()).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != len(granted) {
+		t.Errorf("%d of the %d locks granted before Close have a row", rows, len(granted))
+	}
+	if n := pgbridge.ArmedTimers(b); n != 0 {
+		t.Errorf("%d lease timers armed after Close", n)
+	}
+}

@@ -17,3 +17,21 @@ func SkewClock(t interface{ Cleanup(func()) }, d time.Duration) {
 	clockSkew.Store(d.Milliseconds())
 	t.Cleanup(func() { clockSkew.Store(0) })
 }
+
+// ArmedTimers counts the advisory strategy's leases whose timer (row
+// write or expiry) is armed.
+func ArmedTimers(b *Backend) int {
+	_ = b.store.(*advisory) // the lease strategy has no timers
+	n := 0
+	for i := range b.stripes {
+		st := &b.stripes[i]
+		st.mu.Lock()
+		for _, e := range st.owned {
+			if e.timer != nil {
+				n++
+			}
+		}
+		st.mu.Unlock()
+	}
+	return n
+}
