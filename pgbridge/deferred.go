@@ -24,8 +24,9 @@ import (
 // session holds the key's advisory lock, and <schema>.sessions which
 // lockproxy instance that session belongs to (readTable); GET, PTTL and
 // EXISTS go to that instance by NOTIFY like the writes (route.go), and a
-// key no session holds is absent (unless fenced, below). So every
-// instance answers the same within D and after it.
+// key no session holds is absent (unless fenced, below). DBSIZE asks the
+// instances that may hold row-less locks for their count (count.go). So
+// every instance answers the same within D and after it.
 //
 // Fences. A row is also the fence a lost lease leaves (fence.go): when a
 // holder session ends, its rows keep its keys from every other session

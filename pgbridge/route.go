@@ -174,7 +174,9 @@ func (r *router) serve(req *routeReq) {
 	case "persist":
 		rep.OK, err = b.Persist(ctx, req.DB, string(req.Key))
 	case "count": // this instance's keys, for another's DBSIZE (count.go)
-		rep.N = r.a.ownCount(req.DB, nil)
+		if err = checkDB(req.DB); err == nil {
+			rep.N = r.a.ownCount(req.DB, nil)
+		}
 	case "read": // GET, PTTL, EXISTS of a lock held here without a row (deferred.go)
 		var s state
 		s, err = r.a.read(ctx, dbKey{req.DB, string(req.Key)})
