@@ -14,6 +14,9 @@ func (a *advisory) drop(st *stripe, k dbKey, e *held) {
 	if (e.row || e.deferred) && !e.lost {
 		a.rows.Add(-1)
 	}
+	if e.row || e.deferred {
+		a.uncounted(k, e)
+	}
 	if e.deferred && !e.row {
 		a.settled(k, e)
 	}
@@ -29,9 +32,12 @@ func (a *advisory) arm(k dbKey, e *held) {
 		e.timer.Stop()
 		e.timer = nil
 	}
+	if a.b.ctx.Err() != nil {
+		return // closed (stopTimers)
+	}
 	if e.deferred && !e.row {
 		if at := e.granted + a.b.cfg.LeaseRowDelay.Milliseconds(); at < e.deadline {
-			e.timer = time.AfterFunc(time.Until(time.UnixMilli(at)), func() { a.writeRow(k, e) })
+			e.timer = time.AfterFunc(untilMS(at), func() { a.writeRow(k, e) })
 			return
 		}
 	}
@@ -47,10 +53,10 @@ func (a *advisory) armExpiry(k dbKey, e *held) {
 		e.timer.Stop()
 		e.timer = nil
 	}
-	if e.deadline == 0 {
+	if e.deadline == 0 || a.b.ctx.Err() != nil {
 		return
 	}
-	e.timer = time.AfterFunc(time.Until(time.UnixMilli(e.deadline)), func() { a.expire(k, e) })
+	e.timer = time.AfterFunc(untilMS(e.deadline), func() { a.expire(k, e) })
 }
 
 // expire ends the lease e of k if it is still this one and its deadline
@@ -93,6 +99,23 @@ func (a *advisory) sweep() {
 			case !e.lost:
 				e.lost = true
 				a.rows.Add(-1)
+			}
+		}
+		st.mu.Unlock()
+	}
+}
+
+// stopTimers stops every lease's timer at Close, once Backend.ctx has
+// ended (no timer is armed after that: arm, armExpiry), so that nothing of
+// a closed Backend runs later. Its locks ended with its sessions.
+func (a *advisory) stopTimers() {
+	for i := range a.b.stripes {
+		st := &a.b.stripes[i]
+		st.mu.Lock()
+		for _, e := range st.owned {
+			if e.timer != nil {
+				e.timer.Stop()
+				e.timer = nil
 			}
 		}
 		st.mu.Unlock()

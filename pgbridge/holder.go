@@ -29,7 +29,7 @@ type holder struct {
 	check  chan struct{} // a nudge to ping now: another holder's session was lost
 	gen    atomic.Uint64 // the session's generation; 0 while down
 	lost   atomic.Int64  // sessions lost
-	until  int64         // the session's rowless_until_ms as last set (deferred.go); the holder goroutine's own
+	until  int64         // the session's rowless_until_ms as last set, on this instance's clock (deferred.go); the holder goroutine's own
 	pid    int32         // the session's backend pid and marker (deferred.go); the holder goroutine's own
 	marker uint32
 	// rowless counts the row-less locks the current session granted that
@@ -37,6 +37,9 @@ type holder struct {
 	// keeps its own session's), so that a lease of a lost session cannot
 	// count off a later one's (registerSession).
 	rowless atomic.Pointer[atomic.Int64]
+	// leases counts the current session's live leases by database, for
+	// DBSIZE (count.go); replaced, like rowless, for each session.
+	leases atomic.Pointer[sessionLeases]
 }
 
 // query is one statement for a holder: an acquire or a release, which
@@ -111,6 +114,7 @@ func (h *holder) run() {
 		}
 		b.outage.ok()
 		gen += 2 // odd numbers never occur: 0 means down
+		h.leases.Store(&sessionLeases{gen: gen})
 		h.gen.Store(gen)
 		err = h.serve(conn, gen)
 		h.gen.Store(0)
@@ -423,7 +427,7 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 		}
 		if need > h.until { // in the grant's transaction: before any client hears OK
 			raise = addMS(need, rowlessSlack.Milliseconds())
-			pb.Queue(h.raiseSQL(), raise)
+			pb.Queue(h.raiseSQL(), raise-nowMS())
 		}
 		if need > 0 {
 			pb.Queue(h.checkSQL(), checkArgs(acq)...)
@@ -487,7 +491,11 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 		}
 		first = h.unfence(ctx, conn, acq)
 		for _, q := range acq {
-			if q.ok && q.deferred && first == nil {
+			if !q.ok || first != nil {
+				continue
+			}
+			h.counted(q.k.db, gen)
+			if q.deferred {
 				q.rowless = h.rowless.Load()
 				q.rowless.Add(1) // before the acquire hears of it, and before the next batch
 			}
