@@ -37,6 +37,19 @@ type holder struct {
 	// keeps its own session's), so that a lease of a lost session cannot
 	// count off a later one's (registerSession).
 	rowless atomic.Pointer[atomic.Int64]
+	sql     holderSQL // the batch statements' text, built once (run)
+}
+
+// holderSQL holds the text of the statements runBatch queues, built once
+// rather than concatenated for every batch: pgx looks its prepared
+// statements up by this text.
+type holderSQL struct {
+	acquire, release, releaseRows, raise, check, checkDead string
+}
+
+func (h *holder) statements() holderSQL {
+	return holderSQL{acquire: h.acquireSQL(), release: h.releaseSQL(false), releaseRows: h.releaseSQL(true),
+		raise: h.raiseSQL(), check: h.checkSQL(), checkDead: h.checkDeadSQL()}
 }
 
 // query is one statement for a holder: an acquire or a release, which
@@ -101,6 +114,7 @@ func (h *holder) submit(q *query) {
 func (h *holder) run() {
 	defer h.a.b.wg.Done()
 	b := h.a.b
+	h.sql = h.statements()
 	var gen uint64
 	for b.ctx.Err() == nil {
 		conn, err := h.connect()
@@ -410,12 +424,16 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 	// does not matter.
 	relRows := anyRow(rel)
 	if len(rel) > 0 {
-		pb.Queue(h.releaseSQL(relRows), releaseArgs(rel, relRows)...)
+		sql := h.sql.release
+		if relRows {
+			sql = h.sql.releaseRows
+		}
+		pb.Queue(sql, releaseArgs(rel, relRows)...)
 	}
 	var raise int64 // the session's new rowless_until_ms, if it must rise
 	var need int64  // the latest deadline of a deferred acquire (0: none)
 	if len(acq) > 0 {
-		pb.Queue(h.acquireSQL(), h.acquireArgs(acq)...)
+		pb.Queue(h.sql.acquire, h.acquireArgs(acq)...)
 		for _, q := range acq {
 			if q.deferred {
 				need = max(need, q.dl)
@@ -423,12 +441,12 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 		}
 		if need > h.until { // in the grant's transaction: before any client hears OK
 			raise = addMS(need, rowlessSlack.Milliseconds())
-			pb.Queue(h.raiseSQL(), raise)
+			pb.Queue(h.sql.raise, raise)
 		}
 		if need > 0 {
-			pb.Queue(h.checkSQL(), checkArgs(acq)...)
+			pb.Queue(h.sql.check, checkArgs(acq)...)
 		} else {
-			pb.Queue(h.checkDeadSQL())
+			pb.Queue(h.sql.checkDead)
 		}
 	}
 	for _, q := range stmts {
