@@ -65,7 +65,7 @@ const heldByRowHolder = `EXISTS (SELECT 1 FROM pg_locks p WHERE p.locktype = 'ad
 func newAdvisory(b *Backend) *advisory {
 	a := &advisory{b: b, epoch: time.Now()}
 	for i := range b.cfg.Holders {
-		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), queue: make(chan *query), check: make(chan struct{}, 1)})
+		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), wake: make(chan struct{}, 1), check: make(chan struct{}, 1)})
 	}
 	return a
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,7 +14,7 @@ import (
 
 // A holder is one dedicated PostgreSQL session that holds the advisory
 // locks of its share of the keys. Statements reach it through its queue
-// and run in pipelined batches; a batch runs under the holder's own
+// (pending, with a wake-up) and run in pipelined batches; a batch runs under the holder's own
 // deadline (Config.OpTimeout), never under a client's, because a cancelled
 // query closes the session and with it every lock it holds.
 //
@@ -24,8 +26,7 @@ import (
 type holder struct {
 	a      *advisory
 	idx    int
-	name   string // holder column value: instance/idx
-	queue  chan *query
+	name   string        // holder column value: instance/idx
 	check  chan struct{} // a nudge to ping now: another holder's session was lost
 	gen    atomic.Uint64 // the session's generation; 0 while down
 	lost   atomic.Int64  // sessions lost
@@ -38,6 +39,18 @@ type holder struct {
 	// count off a later one's (registerSession).
 	rowless atomic.Pointer[atomic.Int64]
 	sql     holderSQL // the batch statements' text, built once (run)
+
+	// The queue: statements wait in pending, in the order submitted, until
+	// the holder takes them; wake holds a token whenever pending may be
+	// non-empty. A submitter appends and leaves without a hand-off to the
+	// holder goroutine (an unbuffered channel's select cost a rendezvous
+	// and, on the 2-4 KB stack of the proxy's goroutine per command, a
+	// stack growth per statement). closed: the holder has ended; nothing
+	// is queued any more.
+	mu      sync.Mutex
+	pending []*query
+	closed  bool
+	wake    chan struct{}
 }
 
 // holderSQL holds the text of the statements runBatch queues, built once
@@ -92,20 +105,55 @@ var errLost = errors.New("holder connection to PostgreSQL was lost: its locks we
 
 const maxBatch = 256
 
-// submit hands q to the holder (the queue is unbuffered: a statement is
-// either taken by the holder or failed here); q.done closes once it ran or
-// failed.
+// submit queues q for the holder; q.done closes once it ran or failed.
 func (h *holder) submit(q *query) {
 	q.done = make(chan struct{})
-	if h.a.b.ctx.Err() != nil {
+	h.mu.Lock()
+	if h.closed || h.a.b.ctx.Err() != nil {
+		h.mu.Unlock()
 		q.err = errors.New("pgbridge: closed")
 		close(q.done)
 		return
 	}
+	h.pending = append(h.pending, q)
+	h.mu.Unlock()
+	h.signal()
+}
+
+// signal leaves a token in wake (one is enough).
+func (h *holder) signal() {
 	select {
-	case h.queue <- q:
-	case <-h.a.b.ctx.Done():
-		q.err = errors.New("pgbridge: closed")
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take removes up to max queued statements, oldest first, appending them
+// to batch. Called after receiving from wake; statements left behind get
+// their token back.
+func (h *holder) take(batch []*query, max int) []*query {
+	h.mu.Lock()
+	n := min(len(h.pending), max)
+	batch = append(batch, h.pending[:n]...)
+	clear(h.pending[:n])
+	rest := copy(h.pending, h.pending[n:])
+	clear(h.pending[rest:])
+	h.pending = h.pending[:rest]
+	h.mu.Unlock()
+	if rest > 0 {
+		h.signal()
+	}
+	return batch
+}
+
+// shut ends the queue at the holder's end: statements submitted later fail
+// at once, and those queued fail with err.
+func (h *holder) shut(err error) {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	for _, q := range h.take(nil, math.MaxInt) {
+		q.err = err
 		close(q.done)
 	}
 }
@@ -150,7 +198,7 @@ func (h *holder) run() {
 			h.a.sweep()
 		}(session{h: h, gen: gen, pid: h.pid, marker: h.marker})
 	}
-	h.failQueued(errors.New("pgbridge: closed"), 0)
+	h.shut(errors.New("pgbridge: closed"))
 }
 
 // connect opens the holder's session and removes the lease rows a former
@@ -190,28 +238,24 @@ func (h *holder) connect() (*pgx.Conn, error) {
 // failQueued fails the statements that arrive while the holder is down,
 // for d (and at least those already waiting).
 func (h *holder) failQueued(err error, d time.Duration) {
-	deadline := time.Now().Add(d)
-	for {
-		select {
-		case q := <-h.queue:
+	fail := func() {
+		for _, q := range h.take(nil, math.MaxInt) {
 			q.err = err
 			close(q.done)
-			continue
-		default:
 		}
-		wait := time.Until(deadline)
-		if wait <= 0 || h.a.b.ctx.Err() != nil {
+	}
+	fail()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for h.a.b.ctx.Err() == nil {
+		select {
+		case <-h.wake:
+			fail()
+		case <-t.C:
+			return
+		case <-h.a.b.ctx.Done():
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case q := <-h.queue:
-			q.err = err
-			close(q.done)
-		case <-t.C:
-		case <-h.a.b.ctx.Done():
-		}
-		t.Stop()
 	}
 }
 
@@ -229,8 +273,11 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 	for {
 		batch = batch[:0]
 		select {
-		case q := <-h.queue:
-			batch = append(batch, q)
+		case <-h.wake:
+			batch = h.take(batch, maxBatch)
+			if len(batch) == 0 {
+				continue
+			}
 		case <-h.check:
 			if err := h.ping(conn); err != nil {
 				return err
@@ -249,15 +296,6 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 			continue
 		case <-b.ctx.Done():
 			return b.ctx.Err()
-		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case q := <-h.queue:
-				batch = append(batch, q)
-			default:
-				break more
-			}
 		}
 		if err := h.runBatch(conn, gen, batch); err != nil {
 			return err
