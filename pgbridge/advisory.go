@@ -32,6 +32,8 @@ type advisory struct {
 	horizon    atomic.Int64 // deadlines (Unix ms) up to this are covered by the recorded horizon
 	horizonMu  sync.Mutex   // one horizon write at a time
 
+	timers timers // the leases' timers (expiry.go)
+
 	releases luascripts.Releases // catalogued release scripts seen (evalFast)
 }
 
@@ -44,10 +46,10 @@ type held struct {
 	h        *holder
 	gen      uint64
 	row      bool
-	deferred bool  // granted without a row (its row is written granted+LeaseRowDelay)
-	granted  int64 // deferred: when, Unix ms
-	lost     bool  // kept as a fence after its session was lost; no longer counted in rows
-	timer    *time.Timer
+	deferred bool          // granted without a row (its row is written granted+LeaseRowDelay)
+	granted  int64         // deferred: when, Unix ms
+	lost     bool          // kept as a fence after its session was lost; no longer counted in rows
+	timer    leaseTimer    // its timer in the advisory's timers (expiry.go)
 	rowless  *atomic.Int64 // deferred: its session's count of row-less locks (holder.rowless)
 }
 
@@ -64,6 +66,13 @@ const heldByRowHolder = `EXISTS (SELECT 1 FROM pg_locks p WHERE p.locktype = 'ad
 
 func newAdvisory(b *Backend) *advisory {
 	a := &advisory{b: b, epoch: time.Now()}
+	a.timers.run = func(k dbKey, e *held, row bool) {
+		if row {
+			a.writeRow(k, e)
+		} else {
+			a.expire(k, e)
+		}
+	}
 	for i := range b.cfg.Holders {
 		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), wake: make(chan struct{}, 1), check: make(chan struct{}, 1)})
 	}
