@@ -67,7 +67,7 @@ type timers struct {
 
 // leaseTimer is a lease's place in the heap.
 type leaseTimer struct {
-	idx int   // in timers.q, -1 (or 0 in a new lease with on false): none
+	idx int   // its index in timers.q while on
 	on  bool  // in the heap
 	at  int64 // due, Unix ms
 	row bool  // writes the deferred row (writeRow), else ends the lease (expire)
