@@ -26,6 +26,7 @@ type advisory struct {
 	rows    atomic.Int64                    // leases (the locks this instance holds), with a row or deferred
 	rowless [backend.Databases]atomic.Int64 // deferred leases without a row yet, by db (deferred.go)
 	expired atomic.Uint64                   // leases its timers ended at their deadlines (expiry.go)
+	drained atomic.Bool                     // Close has begun: new leases get their rows at once (deferred.go drain)
 
 	epoch      time.Time    // the monotonic origin of quarantine
 	quarantine atomic.Int64 // no lock is taken before epoch + this (horizon.go)
@@ -138,7 +139,7 @@ func do(qs ...*query) error {
 // row in one statement on the key's holder. done is false when the key
 // needs the general path (it is held here, or the expiry lies in the past).
 func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend.SetOptions) (backend.SetResult, bool, error) {
-	now := time.Now()
+	now := wallNow()
 	var deadline int64
 	if !o.Expiry.IsZero() {
 		d := o.Expiry.Deadline(now)
@@ -195,7 +196,7 @@ type advTx struct {
 func (t *advTx) before() map[dbKey]state { return t.states }
 
 // clock is this process's clock: the holder's timers end its locks by it.
-func (t *advTx) clock() time.Time { return time.Now() }
+func (t *advTx) clock() time.Time { return wallNow() }
 
 // prepare takes the advisory lock of each key this process does not hold.
 // Keys whose lock another session has are a *heldError, with the instance
@@ -406,15 +407,10 @@ func qsOf[T any](xs []T, f func(T) *query) []*query {
 	return qs
 }
 
-// countLive counts the rows of db whose holder session still holds the
-// lock (and whose deadline has not come by this process's clock), the
-// fences, and this instance's leases without a row yet (another
-// instance's are not counted: DBSIZE does not see them).
+// countLive counts the live keys of db, locks without rows included, on
+// every instance alike (count.go).
 func (a *advisory) countLive(ctx context.Context, db int, except [][]byte) (int64, error) {
-	var n int64
-	err := a.b.pool.QueryRow(ctx, `SELECT count(*) FROM `+a.b.table+` l WHERE l.db = $1 AND NOT (l.key = ANY($3))
-		AND ((l.deadline_ms IS NULL OR l.deadline_ms > $2) AND `+heldByRowHolder+` OR l.deadline_ms > `+pgNowMS+`)`, db, nowMS(), except).Scan(&n)
-	return n + a.rowlessIn(db, except), err
+	return a.countAll(ctx, db, except)
 }
 
 // evalFast runs a catalogued release script (luascripts.IsRelease) whose
@@ -487,5 +483,6 @@ func (a *advisory) check(ctx context.Context) error {
 }
 
 func (a *advisory) close() {
+	a.stopTimers()
 	a.router.close()
 }

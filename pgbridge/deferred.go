@@ -24,16 +24,18 @@ import (
 // session holds the key's advisory lock, and <schema>.sessions which
 // lockproxy instance that session belongs to (readTable); GET, PTTL and
 // EXISTS go to that instance by NOTIFY like the writes (route.go), and a
-// key no session holds is absent (unless fenced, below). So every
-// instance answers the same within D and after it.
+// key no session holds is absent (unless fenced, below). DBSIZE asks the
+// instances that may hold row-less locks for their count (count.go). So
+// every instance answers the same within D and after it.
 //
 // Fences. A row is also the fence a lost lease leaves (fence.go): when a
 // holder session ends, its rows keep its keys from every other session
 // until their deadlines. A row-less lock fences nothing by itself, and
 // nobody knows its key once its instance is gone. So each holder session
 // has a row in <schema>.sessions: its pid, a marker (the oid of a
-// temporary table it creates at start) and rowless_until_ms, a time by
-// which every row-less lock it granted has ended. The holder raises it, in
+// temporary table it creates at start) and rowless_until_ms, a time (on
+// PostgreSQL's clock, raiseSQL) by which every row-less lock it granted
+// has ended. The holder raises it, in
 // the batch that grants the lock (one transaction: before the client
 // hears OK), whenever a row-less lock's deadline passes it, by
 // rowlessSlack more than needed, so that it is written about once per
@@ -139,8 +141,42 @@ type session struct {
 // Every row-less lock of the session that a client was told it holds is
 // among this instance's leases: a grant is stored under its stripe's lock
 // before the client hears of it, and this reads every stripe under its
-// lock. On failure the session's rowless_until_ms keeps fencing every key.
+// lock. On failure the session's rowless_until_ms keeps fencing every key,
+// so a failure is safe but stops every lock until then: it tries again
+// (fenceRetries times, waiting twice as long each time from
+// fenceRetryWait), reading the leases anew each time.
 func (a *advisory) fenceRowless(s session) {
+	wait := fenceRetryWait
+	for try := 1; ; try++ {
+		err := a.fenceRowlessOnce(s)
+		if err == nil || a.b.ctx.Err() != nil {
+			return
+		}
+		if try == fenceRetries {
+			a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows: every key waits until they have ended", "holder", s.h.idx, "err", flatErr(err))
+			return
+		}
+		a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows; trying again", "holder", s.h.idx, "wait", wait, "err", flatErr(err))
+		t := time.NewTimer(wait)
+		select {
+		case <-a.b.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// fenceRetries and fenceRetryWait bound fenceRowless's attempts: about 3 s
+// of waits in all, a transient failure's length.
+const (
+	fenceRetries   = 6
+	fenceRetryWait = 100 * time.Millisecond
+)
+
+// fenceRowlessOnce is one attempt of fenceRowless, in one transaction.
+func (a *advisory) fenceRowlessOnce(s session) error {
 	type lostLease struct {
 		k dbKey
 		e *held
@@ -179,10 +215,7 @@ func (a *advisory) fenceRowless(s session) {
 		return err
 	})
 	if err != nil {
-		if a.b.ctx.Err() == nil {
-			a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows: every key waits until they have ended", "holder", s.h.idx, "err", flatErr(err))
-		}
-		return
+		return err
 	}
 	for _, l := range ls {
 		st := a.b.stripe(l.k)
@@ -194,12 +227,20 @@ func (a *advisory) fenceRowless(s session) {
 		}
 		st.mu.Unlock()
 	}
+	return nil
 }
 
-// raiseSQL raises the session's rowless_until_ms; it answers no row when
-// the session's row is missing (deleted by hand), which ends the session.
+// raiseSQL raises the session's rowless_until_ms to $1 ms after
+// PostgreSQL's now; it answers no row when the session's row is missing
+// (deleted by hand), which ends the session.
+//
+// rowless_until_ms is on PostgreSQL's clock, the one every check compares
+// it with, whatever this instance's clock says (horizon.go's cover does
+// the same): $1 is the time left on this instance's clock, measured before
+// the batch is sent, and the transaction's now is later than the sending,
+// so the value is never early however far the two clocks are apart.
 func (h *holder) raiseSQL() string {
-	return `UPDATE ` + h.a.b.cfg.Schema + `.sessions SET rowless_until_ms = GREATEST(rowless_until_ms, $1)
+	return `UPDATE ` + h.a.b.cfg.Schema + `.sessions SET rowless_until_ms = GREATEST(rowless_until_ms, ` + pgNowMS + ` + $1::bigint)
 		WHERE pid = pg_backend_pid() AND marker = 'pg_temp.lockproxy_session_marker'::regclass RETURNING 1`
 }
 
@@ -277,12 +318,15 @@ func readChecks(br pgx.BatchResults, qs []*query) error {
 // deferrable reports whether a lock granted at now (Unix ms) with deadline
 // may start without a row.
 func (a *advisory) deferrable(deadline, now int64) bool {
-	return a.b.cfg.LeaseRowDelay > 0 && deadline != 0 && deadline-now <= maxDeferredTTL.Milliseconds()
+	return a.b.cfg.LeaseRowDelay > 0 && deadline != 0 && deadline-now <= maxDeferredTTL.Milliseconds() && !a.drained.Load()
 }
 
 // rowQuery writes the lease row of k, held by e's session, with state s,
-// unless another session's row fences the key (q.fenced).
+// unless another session's row fences the key (q.fenced). A key locked
+// for one operation (neither a row nor deferred) becomes a lease with it,
+// counted for DBSIZE (count.go).
 func (a *advisory) rowQuery(k dbKey, e *held, s state) *query {
+	begins, h, gen := !e.row && !e.deferred, e.h, e.gen
 	q := &query{sql: `INSERT INTO ` + a.b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
 		VALUES ($1, $2, $3, $4, $5, $6, pg_backend_pid())
 		ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
@@ -295,6 +339,8 @@ func (a *advisory) rowQuery(k dbKey, e *held, s state) *query {
 			q.fenced = true
 		} else if err != nil {
 			return err
+		} else if begins {
+			h.counted(k.db, gen)
 		}
 		return nil
 	}
@@ -375,10 +421,18 @@ const drainWait = pingEvery + time.Second
 // session of this instance has lowered its rowless_until_ms, so that the
 // end of its sessions fences their keys (their rows) rather than every key
 // of the database. A SIGKILL skips it: then every key waits (deferred.go).
+//
+// Clients still take locks while it runs: from its start (drained) they
+// get their rows at once, and its pass over the stripes finds every lease
+// granted without one before (an acquire holds its stripe from its choice
+// to defer to the lease's storing). Otherwise a lock granted row-less
+// after the pass kept its session's rowless_until_ms up, and the drain
+// gave up after drainWait.
 func (a *advisory) drain(ctx context.Context) {
 	if a.b.cfg.LeaseRowDelay == 0 {
 		return
 	}
+	a.drained.Store(true)
 	ctx, cancel := context.WithTimeout(ctx, drainWait)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -406,19 +460,6 @@ func (a *advisory) drain(ctx context.Context) {
 		case <-time.After(20 * time.Millisecond): // polling for the holders' pings
 		}
 	}
-}
-
-// rowlessIn counts this instance's leases of db without a row, but for
-// the keys of except (whose stripes the caller holds).
-func (a *advisory) rowlessIn(db int, except [][]byte) int64 {
-	n := a.rowless[db].Load()
-	for _, key := range except {
-		k := dbKey{db, string(key)}
-		if e := a.b.stripe(k).owned[k]; e != nil && e.deferred && !e.row && e.valid() {
-			n--
-		}
-	}
-	return n
 }
 
 // reapSessions deletes the sessions rows of ended sessions that fence

@@ -2,6 +2,7 @@ package pgbridge_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/pgbridge"
+	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // deferredDelay is the row delay of the multi-instance tests: long enough
@@ -309,5 +311,254 @@ func TestLateRowWriteStillExpires(t *testing.T) {
 			t.Fatalf("another instance's SET NX 3 s after a 300 ms lease = %+v, %v: the lease never ended", r, err)
 		}
 		time.Sleep(20 * time.Millisecond) // polling for the expiry
+	}
+}
+
+// TestRowlessFenceClockSkew: an instance whose clock is 30 s behind
+// PostgreSQL's grants a 20 s lock without a row, and its holder session
+// is lost before the instance can write the fence row (its stripe is held
+// here, so fenceRowless waits): another instance must still find the key
+// fenced by the session's rowless_until_ms, which is on PostgreSQL's
+// clock. (Written as the instance's clock plus the TTL, it had passed
+// already by PostgreSQL's, and the other instance took the lock while its
+// owner still held it.) Not parallel: the clock is the process's.
+func TestRowlessFenceClockSkew(t *testing.T) {
+	ctx := t.Context()
+	pgbridge.SkewClock(t, -30*time.Second)
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	// The row would be written a minute after the grant: never, for a 20 s lock.
+	cfg := pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, LeaseRowDelay: time.Minute}
+	a, b := newBackendStrict(t, cfg), newBackendStrict(t, cfg)
+	if r, err := a.Set(ctx, 0, "k", []byte("tok"), nx(20*time.Second)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	unlock := pgbridge.HoldStripe(a, 0, "k")
+	defer unlock()
+	killHolders(t, dsn, "k")
+	if r, err := b.Set(ctx, 0, "k", []byte("other"), nx(time.Minute)); err != nil || r.Written {
+		t.Fatalf("another instance's SET NX on the lost row-less lock = %+v, %v; want not written (fenced)", r, err)
+	}
+	if tok, ok, err := b.Get(ctx, 0, "k"); err != nil || !ok || string(tok) != "lockproxy:lost-lease" {
+		t.Errorf("another instance's GET = %q, %v, %v; want the fence token", tok, ok, err)
+	}
+}
+
+// TestDeferredDBSize: DBSIZE answers the same on every instance, within
+// the row delay (locks without rows, which only their instance knows) and
+// after it (their rows, once the sessions have lowered rowless_until_ms),
+// and after a release routed to the holder; so does DBSIZE in a script,
+// also one over a key its own instance holds without a row. The third
+// instance writes its rows at once. (Before, an instance counted only its
+// own row-less locks: the third answered 6 for 12.)
+func TestDeferredDBSize(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	var bes []*pgbridge.Backend
+	for _, d := range []time.Duration{deferredDelay, deferredDelay, 0} {
+		bes = append(bes, newBackendStrict(t, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, LeaseRowDelay: d}))
+	}
+	sql, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(context.Background())
+	dbsizes := func(phase string, want int64) {
+		t.Helper()
+		for i, be := range bes {
+			if n, err := be.DBSize(ctx, 0); err != nil || n != want {
+				t.Errorf("%s: instance %d: DBSIZE = %d, %v; want %d", phase, i, n, err, want)
+			}
+			v, err := be.Eval(ctx, 0, scriptOf(`return redis.call("dbsize")`), nil, nil, true)
+			if err != nil || v.Int != want {
+				t.Errorf("%s: instance %d: DBSIZE in a script = %+v, %v; want %d", phase, i, v, err, want)
+			}
+		}
+		// Over a key of its own instance: the script's round counts it.
+		v, err := bes[0].Eval(ctx, 0, scriptOf(`redis.call("get", KEYS[1]) return redis.call("dbsize")`), []string{"0:0"}, nil, true)
+		if err != nil || v.Int != want {
+			t.Errorf("%s: instance 0: DBSIZE in a script over its key 0:0 = %+v, %v; want %d", phase, v, err, want)
+		}
+	}
+	var keys []string
+	for i, be := range bes {
+		for j := range 3 {
+			key := fmt.Sprintf("%d:%d", i, j)
+			if r, err := be.Set(ctx, 0, key, []byte("tok-"+key), nx(30*time.Second)); err != nil || !r.Written {
+				t.Fatalf("SET NX %s = %+v, %v", key, r, err)
+			}
+			keys = append(keys, key)
+		}
+		key := fmt.Sprintf("%d:forever", i) // no TTL: its row at once
+		if r, err := be.Set(ctx, 0, key, []byte("f"), backend.SetOptions{Cond: backend.IfAbsent}); err != nil || !r.Written {
+			t.Fatalf("SET NX %s = %+v, %v", key, r, err)
+		}
+	}
+	dbsizes("within", 12)
+	if rowOf(t, sql, "0:2") || rowOf(t, sql, "1:2") { // (a script over 0:0 writes its row)
+		t.Fatal("a lock had its row before DBSIZE was asked everywhere: the round took longer than the row delay")
+	}
+	for _, key := range keys {
+		waitRow(t, sql, key)
+	}
+	for end := time.Now().Add(10 * time.Second); ; {
+		var n int
+		if err := sql.QueryRow(ctx, `SELECT count(*) FROM lockproxy.sessions WHERE rowless_until_ms > 0`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the holder sessions did not lower rowless_until_ms within 10s of the last row")
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the holders' pings
+	}
+	dbsizes("after", 12)
+	if got := evalInt(t, bes[1], releaseSrc, "0:1", "tok-0:1"); got != 1 {
+		t.Fatalf("release of 0:1 from instance 1 = %d; want 1", got)
+	}
+	dbsizes("after a release", 11)
+}
+
+// TestFenceRowlessRetried: the transaction that turns a lost session's
+// row-less locks into fence rows fails (its connection is ended while it
+// waits for a lock on the sessions table); the instance tries again, the
+// key gets its fence row and every other key is free again. (Tried once,
+// the lost session's rowless_until_ms held every key for its 20 s.)
+func TestFenceRowlessRetried(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	cfg := pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, LeaseRowDelay: time.Minute}
+	a, b := newBackendStrict(t, cfg), newBackendStrict(t, cfg)
+	if r, err := a.Set(ctx, 0, "k", []byte("tok"), nx(20*time.Second)); err != nil || !r.Written {
+		t.Fatalf("SET NX = %+v, %v", r, err)
+	}
+	sql, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(context.Background())
+	locker, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(context.Background())
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	// Reads go on; fenceRowless's UPDATE waits.
+	if _, err := tx.Exec(ctx, `LOCK TABLE lockproxy.sessions IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	killHolders(t, dsn, "k")
+	var pid int32
+	for end := time.Now().Add(10 * time.Second); ; {
+		err := sql.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND query LIKE 'UPDATE lockproxy.sessions SET rowless_until_ms = 0 WHERE pid = $1 AND marker = $2%'`).Scan(&pid)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgx.ErrNoRows) || time.Now().After(end) {
+			t.Fatalf("waiting for the fence transaction to wait for the lock: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the lost session's notice
+	}
+	if _, err := sql.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(15 * time.Second); !rowOf(t, sql, "k"); {
+		if time.Now().After(end) {
+			t.Fatal("the lost row-less lock has no fence row 15 s after its session's end: fenceRowless was not tried again")
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the retry
+	}
+	if r, err := b.Set(ctx, 0, "unrelated", []byte("x"), nx(time.Minute)); err != nil || !r.Written {
+		t.Errorf("SET NX of another key once the fence rows are written = %+v, %v; want written", r, err)
+	}
+	if r, err := b.Set(ctx, 0, "k", []byte("x"), nx(time.Minute)); err != nil || r.Written {
+		t.Errorf("SET NX of the fenced key = %+v, %v; want not written", r, err)
+	}
+}
+
+// TestCloseUnderLateGrants: a client keeps taking locks while its
+// instance closes. Every lock it was granted has its row once Close
+// returns, no session of the instance is left with rowless_until_ms
+// raised (which would fence every key of the database until then), and
+// no lease timer is left armed. (Before, the locks granted row-less after
+// the drain's pass kept their sessions raised, and the drain gave up.)
+func TestCloseUnderLateGrants(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	b, err := pgbridge.New(ctx, pgbridge.Config{DSN: dsn, Strategy: pgbridge.Advisory, LeaseRowDelay: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(context.Background())
+	var granted []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			key := fmt.Sprintf("late:%d", i)
+			r, err := b.Set(ctx, 0, key, []byte("t"), nx(30*time.Second))
+			if err != nil {
+				return // closed
+			}
+			if r.Written {
+				granted = append(granted, key)
+			}
+		}
+	}()
+	for end := time.Now().Add(10 * time.Second); ; { // until some locks are held
+		var n int
+		if err := sql.QueryRow(ctx, `SELECT count(*) FROM lockproxy.sessions WHERE rowless_until_ms > 0`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no session raised its rowless_until_ms within 10s of grants")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the first grants
+	}
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	var raised int
+	if err := sql.QueryRow(ctx, `SELECT count(*) FROM lockproxy.sessions WHERE rowless_until_ms > 0`).Scan(&raised); err != nil {
+		t.Fatal(err)
+	}
+	if raised != 0 {
+		t.Errorf("%d holder sessions ended with rowless_until_ms raised after Close", raised)
+	}
+	var rows int
+	if err := sql.QueryRow(ctx, `SELECT count(*) FROM lockproxy.leases WHERE db = 0 AND key = ANY($1)`, func() [][]byte {
+		bs := make([][]byte, len(granted))
+		for i, k := range granted {
+			bs[i] = []byte(k)
+		}
+		return bs
+	}()).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != len(granted) {
+		t.Errorf("%d of the %d locks granted before Close have a row", rows, len(granted))
+	}
+	if n := pgbridge.ArmedTimers(b); n != 0 {
+		t.Errorf("%d lease timers armed after Close", n)
 	}
 }

@@ -16,6 +16,9 @@ func (a *advisory) drop(st *stripe, k dbKey, e *held) {
 	if (e.row || e.deferred) && !e.lost {
 		a.rows.Add(-1)
 	}
+	if e.row || e.deferred {
+		a.uncounted(k, e)
+	}
 	if e.deferred && !e.row {
 		a.settled(k, e)
 	}
@@ -27,6 +30,10 @@ func (a *advisory) drop(st *stripe, k dbKey, e *held) {
 // deletes the row and releases the lock, to the millisecond of the
 // deadline plus one round trip.
 func (a *advisory) arm(k dbKey, e *held) {
+	if a.b.ctx.Err() != nil {
+		a.timers.stop(e)
+		return // closed (stopTimers)
+	}
 	if e.deferred && !e.row {
 		if at := e.granted + a.b.cfg.LeaseRowDelay.Milliseconds(); at < e.deadline {
 			a.timers.set(k, e, at, true)
@@ -41,7 +48,7 @@ func (a *advisory) arm(k dbKey, e *held) {
 // or it met a fence), which arm would send back to writeRow at once, and
 // for ever (found by review: the advisory lock then never expired).
 func (a *advisory) armExpiry(k dbKey, e *held) {
-	if e.deadline == 0 {
+	if e.deadline == 0 || a.b.ctx.Err() != nil {
 		a.timers.stop(e)
 		return
 	}
@@ -108,7 +115,7 @@ func (ts *timers) schedule() {
 		return
 	}
 	ts.at = at
-	d := time.Until(time.UnixMilli(at))
+	d := untilMS(at)
 	if ts.t == nil {
 		ts.t = time.AfterFunc(d, ts.fire)
 		return
@@ -129,6 +136,13 @@ func (ts *timers) fire() {
 		go ts.run(e.timer.key, e, e.timer.row)
 	}
 	ts.schedule()
+}
+
+// armed reports whether e's timer is set.
+func (ts *timers) armed(e *held) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return e.timer.on
 }
 
 // timerHeap orders leases by their timers' due times (container/heap).
@@ -194,6 +208,20 @@ func (a *advisory) sweep() {
 				e.lost = true
 				a.rows.Add(-1)
 			}
+		}
+		st.mu.Unlock()
+	}
+}
+
+// stopTimers stops every lease's timer at Close, once Backend.ctx has
+// ended (no timer is armed after that: arm, armExpiry), so that nothing of
+// a closed Backend runs later. Its locks ended with its sessions.
+func (a *advisory) stopTimers() {
+	for i := range a.b.stripes {
+		st := &a.b.stripes[i]
+		st.mu.Lock()
+		for _, e := range st.owned {
+			a.timers.stop(e)
 		}
 		st.mu.Unlock()
 	}

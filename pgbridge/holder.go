@@ -30,7 +30,7 @@ type holder struct {
 	check  chan struct{} // a nudge to ping now: another holder's session was lost
 	gen    atomic.Uint64 // the session's generation; 0 while down
 	lost   atomic.Int64  // sessions lost
-	until  int64         // the session's rowless_until_ms as last set (deferred.go); the holder goroutine's own
+	until  int64         // the session's rowless_until_ms as last set, on this instance's clock (deferred.go); the holder goroutine's own
 	pid    int32         // the session's backend pid and marker (deferred.go); the holder goroutine's own
 	marker uint32
 	// rowless counts the row-less locks the current session granted that
@@ -38,7 +38,10 @@ type holder struct {
 	// keeps its own session's), so that a lease of a lost session cannot
 	// count off a later one's (registerSession).
 	rowless atomic.Pointer[atomic.Int64]
-	sql     holderSQL // the batch statements' text, built once (run)
+	// leases counts the current session's live leases by database, for
+	// DBSIZE (count.go); replaced, like rowless, for each session.
+	leases atomic.Pointer[sessionLeases]
+	sql    holderSQL // the batch statements' text, built once (run)
 
 	// The queue: statements wait in pending, in the order submitted, until
 	// the holder takes them; wake holds a token whenever pending may be
@@ -173,6 +176,7 @@ func (h *holder) run() {
 		}
 		b.outage.ok()
 		gen += 2 // odd numbers never occur: 0 means down
+		h.leases.Store(&sessionLeases{gen: gen})
 		h.gen.Store(gen)
 		err = h.serve(conn, gen)
 		h.gen.Store(0)
@@ -479,7 +483,7 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 		}
 		if need > h.until { // in the grant's transaction: before any client hears OK
 			raise = addMS(need, rowlessSlack.Milliseconds())
-			pb.Queue(h.sql.raise, raise)
+			pb.Queue(h.sql.raise, raise-nowMS())
 		}
 		if need > 0 {
 			pb.Queue(h.sql.check, checkArgs(acq)...)
@@ -543,7 +547,11 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 		}
 		first = h.unfence(ctx, conn, acq)
 		for _, q := range acq {
-			if q.ok && q.deferred && first == nil {
+			if !q.ok || first != nil {
+				continue
+			}
+			h.counted(q.k.db, gen)
+			if q.deferred {
 				q.rowless = h.rowless.Load()
 				q.rowless.Add(1) // before the acquire hears of it, and before the next batch
 			}

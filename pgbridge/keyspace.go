@@ -3,6 +3,7 @@ package pgbridge
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
@@ -15,7 +16,22 @@ import (
 // strategy (strategy.route): the advisory strategy routes it to the
 // instance holding it (routeReq), the lease strategy answers TRYAGAIN.
 
-func nowMS() int64 { return time.Now().UnixMilli() }
+// wallNow is this process's wall clock: the clock of its leases' deadlines
+// (their expiry timers, the deadlines SET computes, the lease rows).
+func wallNow() time.Time {
+	return time.Now().Add(time.Duration(clockSkew.Load()) * time.Millisecond)
+}
+
+// nowMS is wallNow in Unix ms.
+func nowMS() int64 { return wallNow().UnixMilli() }
+
+// clockSkew is set only by tests (export_test.go): it shifts wallNow, as
+// on an instance whose clock differs from PostgreSQL's, and stays 0 in a
+// running lockproxy.
+var clockSkew atomic.Int64
+
+// untilMS is how long from now (wallNow) until at, Unix ms.
+func untilMS(at int64) time.Duration { return time.Duration(at-nowMS()) * time.Millisecond }
 
 // Set implements backend.KeySpace.
 func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {

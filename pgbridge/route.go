@@ -25,7 +25,7 @@ import (
 type routeReq struct {
 	ID     uint64             `json:"id"`
 	From   string             `json:"from"`
-	Op     string             `json:"op"` // set del delif expire persist eval read
+	Op     string             `json:"op"` // set del delif expire persist eval read count
 	DB     int                `json:"db"`
 	Key    []byte             `json:"key,omitempty"`
 	Token  []byte             `json:"token,omitempty"`
@@ -173,6 +173,10 @@ func (r *router) serve(req *routeReq) {
 		rep.OK, err = b.Expire(ctx, req.DB, string(req.Key), req.Expiry, req.ECond)
 	case "persist":
 		rep.OK, err = b.Persist(ctx, req.DB, string(req.Key))
+	case "count": // this instance's keys, for another's DBSIZE (count.go)
+		if err = checkDB(req.DB); err == nil {
+			rep.N = r.a.ownCount(req.DB, nil)
+		}
 	case "read": // GET, PTTL, EXISTS of a lock held here without a row (deferred.go)
 		var s state
 		s, err = r.a.read(ctx, dbKey{req.DB, string(req.Key)})

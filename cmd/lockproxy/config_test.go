@@ -59,9 +59,13 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
-// TestLeaseRowDelayKey: postgres-lease-row-delay defaults to 0s and is
-// set by file, env and flag, 0s included (a row at once).
+// TestLeaseRowDelayKey: postgres-lease-row-delay defaults to 200ms and is
+// set by file, env and flag, 0s included (a row at once). The tests'
+// default delay (testsrv) is lockproxy's.
 func TestLeaseRowDelayKey(t *testing.T) {
+	if d, err := parseDuration(defaults().PostgresRowDelay); err != nil || d != testsrv.DefaultPGRowDelay {
+		t.Errorf("default postgres-lease-row-delay %q; testsrv.DefaultPGRowDelay is %v", defaults().PostgresRowDelay, testsrv.DefaultPGRowDelay)
+	}
 	file := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(file, []byte("postgres-lease-row-delay: 1s\n"), 0o600)
 	for _, tc := range []struct {
@@ -70,7 +74,7 @@ func TestLeaseRowDelayKey(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{"default", nil, nil, "0s"},
+		{"default", nil, nil, "200ms"},
 		{"file", []string{"--config", file}, nil, "1s"},
 		{"env", []string{"--config", file}, []string{"LOCKPROXY_POSTGRES_LEASE_ROW_DELAY=0s"}, "0s"},
 		{"flag", []string{"--config", file, "--postgres-lease-row-delay", "50ms"}, []string{"LOCKPROXY_POSTGRES_LEASE_ROW_DELAY=0s"}, "50ms"},

@@ -31,17 +31,21 @@ const PGEnv = "LOCKPROXY_TEST_PG_DSN"
 
 // PGRowDelayEnv names the environment variable that sets the lease row
 // delay (pgbridge.Config.LeaseRowDelay) of the tests that do not choose
-// one: e.g. 200ms to defer rows. Unset, they run with lockproxy's
-// default, 0s (a row at once).
+// one: e.g. 0s to write every row at once. Unset, they run with
+// lockproxy's default, DefaultPGRowDelay.
 const PGRowDelayEnv = "LOCKPROXY_TEST_PG_ROW_DELAY"
 
+// DefaultPGRowDelay is lockproxy's default postgres-lease-row-delay
+// (cmd/lockproxy's config test checks that they agree).
+const DefaultPGRowDelay = 200 * time.Millisecond
+
 // PostgresRowDelay is the lease row delay of LOCKPROXY_TEST_PG_ROW_DELAY,
-// or lockproxy's default (0s).
+// or lockproxy's default (DefaultPGRowDelay); 0s is a row at once.
 func PostgresRowDelay(t testing.TB) time.Duration {
 	t.Helper()
 	v := os.Getenv(PGRowDelayEnv)
 	if v == "" {
-		return 0
+		return DefaultPGRowDelay
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
