@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
@@ -31,6 +32,10 @@ type advisory struct {
 	quarantine atomic.Int64 // no lock is taken before epoch + this (horizon.go)
 	horizon    atomic.Int64 // deadlines (Unix ms) up to this are covered by the recorded horizon
 	horizonMu  sync.Mutex   // one horizon write at a time
+
+	timers timers // the leases' timers (expiry.go)
+
+	releases luascripts.Releases // catalogued release scripts seen (evalFast)
 }
 
 // held is a key this process holds the advisory lock of. row is false for
@@ -42,10 +47,10 @@ type held struct {
 	h        *holder
 	gen      uint64
 	row      bool
-	deferred bool  // granted without a row (its row is written granted+LeaseRowDelay)
-	granted  int64 // deferred: when, Unix ms
-	lost     bool  // kept as a fence after its session was lost; no longer counted in rows
-	timer    *time.Timer
+	deferred bool          // granted without a row (its row is written granted+LeaseRowDelay)
+	granted  int64         // deferred: when, Unix ms
+	lost     bool          // kept as a fence after its session was lost; no longer counted in rows
+	timer    leaseTimer    // its timer in the advisory's timers (expiry.go)
 	rowless  *atomic.Int64 // deferred: its session's count of row-less locks (holder.rowless)
 }
 
@@ -62,8 +67,15 @@ const heldByRowHolder = `EXISTS (SELECT 1 FROM pg_locks p WHERE p.locktype = 'ad
 
 func newAdvisory(b *Backend) *advisory {
 	a := &advisory{b: b, epoch: time.Now()}
+	a.timers.run = func(k dbKey, e *held, row bool) {
+		if row {
+			a.writeRow(k, e)
+		} else {
+			a.expire(k, e)
+		}
+	}
 	for i := range b.cfg.Holders {
-		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), queue: make(chan *query), check: make(chan struct{}, 1)})
+		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), wake: make(chan struct{}, 1), check: make(chan struct{}, 1)})
 	}
 	return a
 }
@@ -401,11 +413,39 @@ func (a *advisory) countLive(ctx context.Context, db int, except [][]byte) (int6
 	return a.countAll(ctx, db, except)
 }
 
-// evalFast: the advisory strategy has no script fast path. A release runs
-// on the general path, where its holder merges the release with the
-// others of its batch into one statement.
-func (a *advisory) evalFast(context.Context, backend.Script, []dbKey, [][]byte, bool) (backend.Value, bool, error) {
-	return backend.Value{}, false, nil
+// evalFast runs a catalogued release script (luascripts.IsRelease) whose
+// key this instance holds, live, with the script's token: it releases the
+// lease as the general path would (the same release statement, merged by
+// the holder with the others of its batch, and the same bookkeeping after
+// it), without the general path's model round, which cost as much CPU as
+// the rest of a lock cycle in pgbridge. Anything else (a key held
+// elsewhere or by nobody, a fence, a lost session, an expired deadline, a
+// token that differs) takes the general path, which decides it as before.
+func (a *advisory) evalFast(ctx context.Context, sc backend.Script, keys []dbKey, args [][]byte, ro bool) (backend.Value, bool, error) {
+	if ro || len(keys) != 1 || len(args) < 1 || !a.releases.Is(sc) {
+		return backend.Value{}, false, nil
+	}
+	k := keys[0]
+	st := a.b.stripe(k)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e := st.owned[k]
+	// The general path's clock (advTx.clock): what the model would read.
+	if e == nil || !e.valid() || !e.state.live((&advTx{}).clock().UnixMilli()) || !bytes.Equal(e.token, args[0]) {
+		return backend.Value{}, false, nil
+	}
+	q := &query{kind: qRelease, k: k, id: e.lockID, row: e.row, want: e.gen}
+	e.h.submit(q)
+	if err := do(q); err != nil {
+		// As commit: a deferred lease without a row whose session ended
+		// stays, a fence in memory until fenceRowless writes its row.
+		if !e.deferred || e.row {
+			a.drop(st, k, e)
+		}
+		return backend.Value{}, true, tryAgain(err)
+	}
+	a.drop(st, k, e)
+	return backend.Int(1), true, nil
 }
 
 // reapStale deletes, every Config.ReapInterval, the lease rows whose holder

@@ -1,6 +1,10 @@
 package pgbridge
 
-import "time"
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
 
 // The life of this instance's leases (advisory strategy): a timer ends each
 // at its deadline, and a lost holder session turns its leases into fences
@@ -8,9 +12,7 @@ import "time"
 
 // drop forgets a lease (its stripe locked).
 func (a *advisory) drop(st *stripe, k dbKey, e *held) {
-	if e.timer != nil {
-		e.timer.Stop()
-	}
+	a.timers.stop(e)
 	if (e.row || e.deferred) && !e.lost {
 		a.rows.Add(-1)
 	}
@@ -28,16 +30,13 @@ func (a *advisory) drop(st *stripe, k dbKey, e *held) {
 // deletes the row and releases the lock, to the millisecond of the
 // deadline plus one round trip.
 func (a *advisory) arm(k dbKey, e *held) {
-	if e.timer != nil {
-		e.timer.Stop()
-		e.timer = nil
-	}
 	if a.b.ctx.Err() != nil {
+		a.timers.stop(e)
 		return // closed (stopTimers)
 	}
 	if e.deferred && !e.row {
 		if at := e.granted + a.b.cfg.LeaseRowDelay.Milliseconds(); at < e.deadline {
-			e.timer = time.AfterFunc(untilMS(at), func() { a.writeRow(k, e) })
+			a.timers.set(k, e, at, true)
 			return
 		}
 	}
@@ -49,14 +48,123 @@ func (a *advisory) arm(k dbKey, e *held) {
 // or it met a fence), which arm would send back to writeRow at once, and
 // for ever (found by review: the advisory lock then never expired).
 func (a *advisory) armExpiry(k dbKey, e *held) {
-	if e.timer != nil {
-		e.timer.Stop()
-		e.timer = nil
-	}
 	if e.deadline == 0 || a.b.ctx.Err() != nil {
+		a.timers.stop(e)
 		return
 	}
-	e.timer = time.AfterFunc(untilMS(e.deadline), func() { a.expire(k, e) })
+	a.timers.set(k, e, e.deadline, false)
+}
+
+// timers are the leases' timers: one heap by due time and one time.Timer
+// for its earliest, rather than a time.AfterFunc per lease, whose
+// allocation was most of a grant's garbage and, on the proxy's small
+// per-command stacks, a stack copy per grant. A lease has at most one
+// timer (leaseTimer, guarded by mu). A timer that is due runs its work on
+// a goroutine of its own, as time.AfterFunc does, and the work decides
+// under the stripe lock as before: a timer stopped too late to keep it
+// from starting finds its lease gone or changed, as a time.AfterFunc
+// whose Stop came too late did.
+type timers struct {
+	run func(k dbKey, e *held, row bool) // a due timer's work: writeRow (row) or expire
+	mu  sync.Mutex
+	q   timerHeap
+	t   *time.Timer // fires at q's earliest due time, or is stopped
+	at  int64       // when t fires (Unix ms; 0: stopped)
+}
+
+// leaseTimer is a lease's place in the heap.
+type leaseTimer struct {
+	idx int   // its index in timers.q while on
+	on  bool  // in the heap
+	at  int64 // due, Unix ms
+	row bool  // writes the deferred row (writeRow), else ends the lease (expire)
+	key dbKey
+}
+
+// set (re)sets e's timer to at.
+func (ts *timers) set(k dbKey, e *held, at int64, row bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if e.timer.on {
+		heap.Remove(&ts.q, e.timer.idx)
+	}
+	e.timer = leaseTimer{on: true, at: at, row: row, key: k}
+	heap.Push(&ts.q, e)
+	ts.schedule()
+}
+
+// stop removes e's timer, if it has one.
+func (ts *timers) stop(e *held) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if e.timer.on {
+		heap.Remove(&ts.q, e.timer.idx)
+		e.timer.on = false
+	}
+}
+
+// schedule points t at the earliest due time (mu held). A time.Timer is
+// only reset when the earliest time moved earlier or the timer is off:
+// when it fires early for what it was set for, fire sets it again.
+func (ts *timers) schedule() {
+	if len(ts.q) == 0 {
+		return
+	}
+	at := ts.q[0].timer.at
+	if ts.at != 0 && ts.at <= at {
+		return
+	}
+	ts.at = at
+	d := untilMS(at)
+	if ts.t == nil {
+		ts.t = time.AfterFunc(d, ts.fire)
+		return
+	}
+	ts.t.Reset(d)
+}
+
+// fire starts the work of every timer that is due, and sets t for the
+// next.
+func (ts *timers) fire() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.at = 0
+	now := nowMS()
+	for len(ts.q) > 0 && ts.q[0].timer.at <= now {
+		e := heap.Pop(&ts.q).(*held)
+		e.timer.on = false
+		go ts.run(e.timer.key, e, e.timer.row)
+	}
+	ts.schedule()
+}
+
+// armed reports whether e's timer is set.
+func (ts *timers) armed(e *held) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return e.timer.on
+}
+
+// timerHeap orders leases by their timers' due times (container/heap).
+type timerHeap []*held
+
+func (q timerHeap) Len() int           { return len(q) }
+func (q timerHeap) Less(i, j int) bool { return q[i].timer.at < q[j].timer.at }
+func (q timerHeap) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].timer.idx, q[j].timer.idx = i, j
+}
+func (q *timerHeap) Push(x any) {
+	e := x.(*held)
+	e.timer.idx = len(*q)
+	*q = append(*q, e)
+}
+func (q *timerHeap) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return e
 }
 
 // expire ends the lease e of k if it is still this one and its deadline
@@ -113,10 +221,7 @@ func (a *advisory) stopTimers() {
 		st := &a.b.stripes[i]
 		st.mu.Lock()
 		for _, e := range st.owned {
-			if e.timer != nil {
-				e.timer.Stop()
-				e.timer = nil
-			}
+			a.timers.stop(e)
 		}
 		st.mu.Unlock()
 	}

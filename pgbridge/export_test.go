@@ -21,13 +21,13 @@ func SkewClock(t interface{ Cleanup(func()) }, d time.Duration) {
 // ArmedTimers counts the advisory strategy's leases whose timer (row
 // write or expiry) is armed.
 func ArmedTimers(b *Backend) int {
-	_ = b.store.(*advisory) // the lease strategy has no timers
+	a := b.store.(*advisory) // the lease strategy has no timers
 	n := 0
 	for i := range b.stripes {
 		st := &b.stripes[i]
 		st.mu.Lock()
 		for _, e := range st.owned {
-			if e.timer != nil {
+			if a.timers.armed(e) {
 				n++
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,7 +14,7 @@ import (
 
 // A holder is one dedicated PostgreSQL session that holds the advisory
 // locks of its share of the keys. Statements reach it through its queue
-// and run in pipelined batches; a batch runs under the holder's own
+// (pending, with a wake-up) and run in pipelined batches; a batch runs under the holder's own
 // deadline (Config.OpTimeout), never under a client's, because a cancelled
 // query closes the session and with it every lock it holds.
 //
@@ -24,8 +26,7 @@ import (
 type holder struct {
 	a      *advisory
 	idx    int
-	name   string // holder column value: instance/idx
-	queue  chan *query
+	name   string        // holder column value: instance/idx
 	check  chan struct{} // a nudge to ping now: another holder's session was lost
 	gen    atomic.Uint64 // the session's generation; 0 while down
 	lost   atomic.Int64  // sessions lost
@@ -40,6 +41,31 @@ type holder struct {
 	// leases counts the current session's live leases by database, for
 	// DBSIZE (count.go); replaced, like rowless, for each session.
 	leases atomic.Pointer[sessionLeases]
+	sql    holderSQL // the batch statements' text, built once (run)
+
+	// The queue: statements wait in pending, in the order submitted, until
+	// the holder takes them; wake holds a token whenever pending may be
+	// non-empty. A submitter appends and leaves without a hand-off to the
+	// holder goroutine (an unbuffered channel's select cost a rendezvous
+	// and, on the 2-4 KB stack of the proxy's goroutine per command, a
+	// stack growth per statement). closed: the holder has ended; nothing
+	// is queued any more.
+	mu      sync.Mutex
+	pending []*query
+	closed  bool
+	wake    chan struct{}
+}
+
+// holderSQL holds the text of the statements runBatch queues, built once
+// rather than concatenated for every batch: pgx looks its prepared
+// statements up by this text.
+type holderSQL struct {
+	acquire, release, releaseRows, raise, check, checkDead string
+}
+
+func (h *holder) statements() holderSQL {
+	return holderSQL{acquire: h.acquireSQL(), release: h.releaseSQL(false), releaseRows: h.releaseSQL(true),
+		raise: h.raiseSQL(), check: h.checkSQL(), checkDead: h.checkDeadSQL()}
 }
 
 // query is one statement for a holder: an acquire or a release, which
@@ -82,20 +108,55 @@ var errLost = errors.New("holder connection to PostgreSQL was lost: its locks we
 
 const maxBatch = 256
 
-// submit hands q to the holder (the queue is unbuffered: a statement is
-// either taken by the holder or failed here); q.done closes once it ran or
-// failed.
+// submit queues q for the holder; q.done closes once it ran or failed.
 func (h *holder) submit(q *query) {
 	q.done = make(chan struct{})
-	if h.a.b.ctx.Err() != nil {
+	h.mu.Lock()
+	if h.closed || h.a.b.ctx.Err() != nil {
+		h.mu.Unlock()
 		q.err = errors.New("pgbridge: closed")
 		close(q.done)
 		return
 	}
+	h.pending = append(h.pending, q)
+	h.mu.Unlock()
+	h.signal()
+}
+
+// signal leaves a token in wake (one is enough).
+func (h *holder) signal() {
 	select {
-	case h.queue <- q:
-	case <-h.a.b.ctx.Done():
-		q.err = errors.New("pgbridge: closed")
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take removes up to max queued statements, oldest first, appending them
+// to batch. Called after receiving from wake; statements left behind get
+// their token back.
+func (h *holder) take(batch []*query, max int) []*query {
+	h.mu.Lock()
+	n := min(len(h.pending), max)
+	batch = append(batch, h.pending[:n]...)
+	clear(h.pending[:n])
+	rest := copy(h.pending, h.pending[n:])
+	clear(h.pending[rest:])
+	h.pending = h.pending[:rest]
+	h.mu.Unlock()
+	if rest > 0 {
+		h.signal()
+	}
+	return batch
+}
+
+// shut ends the queue at the holder's end: statements submitted later fail
+// at once, and those queued fail with err.
+func (h *holder) shut(err error) {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	for _, q := range h.take(nil, math.MaxInt) {
+		q.err = err
 		close(q.done)
 	}
 }
@@ -104,6 +165,7 @@ func (h *holder) submit(q *query) {
 func (h *holder) run() {
 	defer h.a.b.wg.Done()
 	b := h.a.b
+	h.sql = h.statements()
 	var gen uint64
 	for b.ctx.Err() == nil {
 		conn, err := h.connect()
@@ -140,7 +202,7 @@ func (h *holder) run() {
 			h.a.sweep()
 		}(session{h: h, gen: gen, pid: h.pid, marker: h.marker})
 	}
-	h.failQueued(errors.New("pgbridge: closed"), 0)
+	h.shut(errors.New("pgbridge: closed"))
 }
 
 // connect opens the holder's session and removes the lease rows a former
@@ -180,28 +242,24 @@ func (h *holder) connect() (*pgx.Conn, error) {
 // failQueued fails the statements that arrive while the holder is down,
 // for d (and at least those already waiting).
 func (h *holder) failQueued(err error, d time.Duration) {
-	deadline := time.Now().Add(d)
-	for {
-		select {
-		case q := <-h.queue:
+	fail := func() {
+		for _, q := range h.take(nil, math.MaxInt) {
 			q.err = err
 			close(q.done)
-			continue
-		default:
 		}
-		wait := time.Until(deadline)
-		if wait <= 0 || h.a.b.ctx.Err() != nil {
+	}
+	fail()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for h.a.b.ctx.Err() == nil {
+		select {
+		case <-h.wake:
+			fail()
+		case <-t.C:
+			return
+		case <-h.a.b.ctx.Done():
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case q := <-h.queue:
-			q.err = err
-			close(q.done)
-		case <-t.C:
-		case <-h.a.b.ctx.Done():
-		}
-		t.Stop()
 	}
 }
 
@@ -219,8 +277,11 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 	for {
 		batch = batch[:0]
 		select {
-		case q := <-h.queue:
-			batch = append(batch, q)
+		case <-h.wake:
+			batch = h.take(batch, maxBatch)
+			if len(batch) == 0 {
+				continue
+			}
 		case <-h.check:
 			if err := h.ping(conn); err != nil {
 				return err
@@ -239,15 +300,6 @@ func (h *holder) serve(conn *pgx.Conn, gen uint64) error {
 			continue
 		case <-b.ctx.Done():
 			return b.ctx.Err()
-		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case q := <-h.queue:
-				batch = append(batch, q)
-			default:
-				break more
-			}
 		}
 		if err := h.runBatch(conn, gen, batch); err != nil {
 			return err
@@ -414,12 +466,16 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 	// does not matter.
 	relRows := anyRow(rel)
 	if len(rel) > 0 {
-		pb.Queue(h.releaseSQL(relRows), releaseArgs(rel, relRows)...)
+		sql := h.sql.release
+		if relRows {
+			sql = h.sql.releaseRows
+		}
+		pb.Queue(sql, releaseArgs(rel, relRows)...)
 	}
 	var raise int64 // the session's new rowless_until_ms, if it must rise
 	var need int64  // the latest deadline of a deferred acquire (0: none)
 	if len(acq) > 0 {
-		pb.Queue(h.acquireSQL(), h.acquireArgs(acq)...)
+		pb.Queue(h.sql.acquire, h.acquireArgs(acq)...)
 		for _, q := range acq {
 			if q.deferred {
 				need = max(need, q.dl)
@@ -427,12 +483,12 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 		}
 		if need > h.until { // in the grant's transaction: before any client hears OK
 			raise = addMS(need, rowlessSlack.Milliseconds())
-			pb.Queue(h.raiseSQL(), raise-nowMS())
+			pb.Queue(h.sql.raise, raise-nowMS())
 		}
 		if need > 0 {
-			pb.Queue(h.checkSQL(), checkArgs(acq)...)
+			pb.Queue(h.sql.check, checkArgs(acq)...)
 		} else {
-			pb.Queue(h.checkDeadSQL())
+			pb.Queue(h.sql.checkDead)
 		}
 	}
 	for _, q := range stmts {

@@ -88,6 +88,11 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	log := newLogger(cfg, stderr)
 	redisLog.l.Store(log)
+	stopPprof, err := startPprof(env)
+	if err != nil {
+		return fmt.Errorf("%s: %w", pprofEnv, err)
+	}
+	defer stopPprof()
 	scriptLimit, _ := parseDuration(cfg.ScriptTimeLimit)
 	drain, _ := parseDuration(cfg.ShutdownTimeout)
 	idle, _ := parseDuration(cfg.IdleTimeout)

@@ -11,8 +11,12 @@
 # lists the postgres-lease-row-delay values to measure one after another in
 # the same run (default: "200ms", lockproxy's default; e.g. "0s 200ms 0s
 # 200ms" alternates a row at once with deferred rows; "before" runs the
-# binary BEFORE_BIN, built from an earlier tree). Not part of the test
-# suite: figures on a shared machine are only worth their ratios.
+# binary BEFORE_BIN, built from an earlier tree, "before:200ms" runs it
+# with that delay). PPROF_DIR, if set, gets
+# lockproxy's CPU profile over the run (cpu-DELAY.pb.gz) and its
+# allocations (allocs-DELAY.pb.gz) from the opt-in pprof listener on
+# BASE_PORT+101; profiling costs lockproxy a few per cent. Not part of the
+# test suite: figures on a shared machine are only worth their ratios.
 set -euo pipefail
 dsn=${1:?usage: $0 DSN [advisory|lease] [duration]}
 strategy=${2:-advisory}
@@ -41,12 +45,22 @@ pgcpu() {
 }
 
 addr=127.0.0.1:$((base + 100))
+paddr=127.0.0.1:$((base + 101))
 
 measure() {
 	local p0 p1 l0 l1 out cyc lb
+	local prof=
+	if [ -n "${PPROF_DIR:-}" ] && [ -n "$lp" ]; then # the CPU profile over all but the run's last second
+		curl -s -o "$PPROF_DIR/cpu-$2.pb.gz" "http://$paddr/debug/pprof/profile?seconds=$(( ${dur%s} - 1 ))" &
+		prof=$!
+	fi
 	p0=$(pgcpu); l0=0; [ -n "$lp" ] && l0=$(cpu "$lp")
 	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -clients 50 -duration "$dur" 2>&1)
 	p1=$(pgcpu); l1=0; [ -n "$lp" ] && l1=$(cpu "$lp")
+	if [ -n "$prof" ]; then
+		wait "$prof" || true
+		curl -s -o "$PPROF_DIR/allocs-$2.pb.gz" "http://$paddr/debug/pprof/allocs" || true # a BEFORE_BIN may have no listener
+	fi
 	echo "$out" | grep -v LOADTOOL | sed 's/postgres:\/\/[^ ]*/DSN/'
 	cyc=$(echo "$out" | sed -n 's/.*(\([0-9]*\) cycles in.*/\1/p')
 	lb=$(echo "$out" | awk '/LOADTOOL/ {printf "%d", ($2 + $3) * 1000000}')
@@ -55,15 +69,19 @@ measure() {
 for delay in ${ROW_DELAYS:-200ms}; do
 	echo "lockproxy, postgres-lease-row-delay $delay:"
 	bin=$dir/lockproxy flags=(--postgres-lease-row-delay "$delay")
-	if [ "$delay" = before ]; then # BEFORE_BIN: a build from before the option, for comparison
-		bin=${BEFORE_BIN:?ROW_DELAYS has "before": set BEFORE_BIN to a lockproxy binary} flags=()
-	fi
-	"$bin" --backend postgres --postgres-dsn "$dsn" --postgres-strategy "$strategy" \
+	case $delay in # BEFORE_BIN: an earlier build, for comparison
+	before) # from before the option
+		bin=${BEFORE_BIN:?ROW_DELAYS has "before": set BEFORE_BIN to a lockproxy binary} flags=() ;;
+	before:*) # with the option: before:200ms
+		bin=${BEFORE_BIN:?ROW_DELAYS has "before": set BEFORE_BIN to a lockproxy binary}
+		flags=(--postgres-lease-row-delay "${delay#before:}") ;;
+	esac
+	LOCKPROXY_TEST_PPROF_LISTEN=${PPROF_DIR:+$paddr} "$bin" --backend postgres --postgres-dsn "$dsn" --postgres-strategy "$strategy" \
 		"${flags[@]}" --listen "$addr" --admin-listen '' >"$dir/lockproxy.log" 2>&1 &
 	lp=$!
 	sleep 1.5
 	kill -0 "$lp" || { cat "$dir/lockproxy.log"; exit 1; }
-	measure "$addr"
+	measure "$addr" "$delay"
 	kill "$lp"
 	wait "$lp" 2>/dev/null || true
 	lp=
