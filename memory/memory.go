@@ -32,6 +32,9 @@ type Backend struct {
 	spaces []*model.Space                // the shards' spaces, for views
 	pick   func(key string) *model.Space // key's shard's space, for views
 	runner *luascripts.Runner
+	// releases knows the catalogued release scripts by SHA1: Eval runs
+	// them as one DelIf under the key's shard (see Eval).
+	releases luascripts.Releases
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -76,9 +79,22 @@ func (b *Backend) Close(context.Context) error {
 // SELECTs, is covered. As in Redis 7, the script's clock stands still: a
 // key live when the script starts stays live until it ends (unless the
 // script deletes it), and relative expiries count from the start.
+//
+// A catalogued release script (luascripts.IsRelease: GET the key, DEL it
+// when it holds ARGV[1]) runs as DelIf on the key's shard instead, as
+// atomic as the script (scripts take the whole store, a shard is taken
+// under its read side) and with the script's reply, 1 when it deleted the
+// key, else 0: nearly every lock client runs it on every unlock, and the
+// whole store's lock, the script runner and its redis.call requests cost
+// more than the release itself. EVAL_RO is left to the script (its DEL
+// is refused there), and so are calls without a key or an argument.
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
 	if err := checkDB(db); err != nil {
 		return backend.Value{}, err
+	}
+	if !ro && len(keys) > 0 && len(args) > 0 && b.releases.Is(s) {
+		deleted, err := b.DelIf(ctx, db, keys[0], backend.IfEqual, args[0])
+		return backend.Bool(deleted), err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -3,6 +3,7 @@ package proxy
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
@@ -16,6 +17,9 @@ type scriptCache struct {
 	max   int
 	bytes int
 	m     map[string]backend.Script // by SHA1
+	// gen counts the times the cache was emptied (SCRIPT FLUSH, or full):
+	// a connection's last script (client.script) stands while it holds.
+	gen atomic.Uint64
 }
 
 func newScriptCache(max int) *scriptCache {
@@ -56,6 +60,7 @@ func (c *scriptCache) add(sha, src string) {
 	if c.bytes+len(src) > c.max {
 		clear(c.m)
 		c.bytes = 0
+		c.gen.Add(1)
 	}
 	c.m[sha] = backend.Script{SHA1: sha, Src: src}
 	c.bytes += len(src)
@@ -66,6 +71,7 @@ func (c *scriptCache) flush() {
 	defer c.mu.Unlock()
 	clear(c.m)
 	c.bytes = 0
+	c.gen.Add(1)
 }
 
 func (c *scriptCache) len() int {
@@ -115,7 +121,7 @@ func cmdEval(cl *client, args [][]byte) backend.Value {
 	var sc backend.Script
 	if isSHA {
 		var ok bool
-		if sc, ok = cl.s.scripts.lookup(args[1]); !ok {
+		if sc, ok = cl.script(args[1]); !ok {
 			return backend.ErrorValue(backend.MsgNoScript)
 		}
 	} else {
@@ -131,6 +137,33 @@ func cmdEval(cl *client, args [][]byte) backend.Value {
 	}
 	argv := args[3+n:] // redcon gives every command its own buffer: nothing here is reused
 	return cl.eval(name, sc, keys, argv, strings.HasSuffix(name, "_ro"))
+}
+
+// script finds the script an EVALSHA names: the one the connection ran
+// last when it is that one and the cache was not emptied since (a lock
+// client runs the same release script on every unlock), else the cache's.
+func (cl *client) script(sha []byte) (backend.Script, bool) {
+	gen := cl.s.scripts.gen.Load() // before the lookup: a flush after it is seen next time
+	if last := cl.lastScript.SHA1; gen == cl.scriptGen && len(sha) == len(last) && last != "" {
+		same := true
+		for i, ch := range sha {
+			if 'A' <= ch && ch <= 'F' {
+				ch += 'a' - 'A'
+			}
+			if ch != last[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return cl.lastScript, true
+		}
+	}
+	sc, ok := cl.s.scripts.lookup(sha)
+	if ok {
+		cl.lastScript, cl.scriptGen = sc, gen
+	}
+	return sc, ok
 }
 
 func (cl *client) eval(name string, sc backend.Script, keys []string, argv [][]byte, ro bool) backend.Value {

@@ -49,6 +49,11 @@ type client struct {
 	alt backend.Backend
 	t0  time.Time
 
+	// lastScript is the script of the connection's last EVALSHA, valid
+	// while the script cache's gen is scriptGen (client.script).
+	lastScript backend.Script
+	scriptGen  uint64
+
 	buf []byte        // reply scratch
 	raw []byte        // a passthrough reply to write as is, instead of the command's value
 	up  *upstreamConn // the passthrough connection, once a command was forwarded

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,9 +106,9 @@ func (m *lockMetrics) observe(name string, args [][]byte, v backend.Value) {
 		nx := false
 		for _, a := range args[3:] {
 			switch {
-			case strings.EqualFold(string(a), "nx"):
+			case foldEq(a, "nx"):
 				nx = true
-			case strings.EqualFold(string(a), "get"):
+			case foldEq(a, "get"):
 				return // SET … NX GET answers the old value: not an acquire reply
 			}
 		}
@@ -127,4 +126,21 @@ func (m *lockMetrics) observe(name string, args [][]byte, v backend.Value) {
 	default:
 		m.counts[outcomeAcquired].Add(1)
 	}
+}
+
+// foldEq reports whether b is the lower-case ASCII word w in any letter
+// case, as SET's parser (keycmd) reads its options.
+func foldEq(b []byte, w string) bool {
+	if len(b) != len(w) {
+		return false
+	}
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != w[i] {
+			return false
+		}
+	}
+	return true
 }

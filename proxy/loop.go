@@ -204,10 +204,22 @@ func (lc *loopConn) serveInput(data []byte) gnet.Action {
 // many bytes they took. Bytes are run only after framing has passed them
 // (lc.scanned), with the limits as they stand after the commands before
 // them, as limitConn does on the goroutine front end: a refusal's reply
-// follows the replies to the commands before it.
+// follows the replies to the commands before it. A plainly framed command
+// at a command boundary takes the quick path instead (quick), which
+// passes and parses it in one step.
 func (lc *loopConn) serve(buf []byte) (int, gnet.Action) {
 	used := 0
 	for {
+		if used == lc.scanned && lc.f.state == fStart {
+			if args, n := lc.quick(buf[used:]); n > 0 {
+				used += n
+				lc.scanned = used
+				if act, stop := lc.runArgs(args); stop {
+					return used, act
+				}
+				continue
+			}
+		}
 		for used < lc.scanned {
 			args, n, err := lc.next(buf[used:lc.scanned])
 			if err != nil { // redcon's own reply to a protocol error
@@ -218,26 +230,8 @@ func (lc *loopConn) serve(buf []byte) (int, gnet.Action) {
 				break // a partial command
 			}
 			used += n
-			if len(args) == 0 {
-				continue // an empty inline line
-			}
-			if !lc.offLoop() && lc.cl.blocking(args) {
-				if lc.startOnLoop(args) { // the backend runs it on the loop (loop_backend.go)
-					clear(args)
-					return used, gnet.None
-				}
-				lc.runOff(cloneArgs(args))
-				clear(args)
-				return used, gnet.None
-			}
-			r := lc.cl.run(args)
-			clear(args) // argv must not keep a big input buffer alive
-			lc.out = lc.cl.appendReply(lc.out, r)
-			if r.panicked || lc.cl.closeNow {
-				return used, gnet.Close
-			}
-			if lc.checkOutput() {
-				return used, gnet.Close
+			if act, stop := lc.runArgs(args); stop {
+				return used, act
 			}
 		}
 		if lc.scanned == len(buf) {
@@ -250,6 +244,89 @@ func (lc *loopConn) serve(buf []byte) (int, gnet.Action) {
 		}
 		lc.scanned += ok
 	}
+}
+
+// runArgs runs one command of serve's; stop means serve returns now, with
+// act: the command runs off the loop, or the connection closes.
+func (lc *loopConn) runArgs(args [][]byte) (act gnet.Action, stop bool) {
+	if len(args) == 0 {
+		return gnet.None, false // an empty inline line
+	}
+	if !lc.offLoop() && lc.cl.blocking(args) {
+		if !lc.startOnLoop(args) { // else the backend runs it on the loop (loop_backend.go)
+			lc.runOff(cloneArgs(args))
+		}
+		clear(args)
+		return gnet.None, true
+	}
+	r := lc.cl.run(args)
+	clear(args) // argv must not keep a big input buffer alive
+	lc.out = lc.cl.appendReply(lc.out, r)
+	if r.panicked || lc.cl.closeNow || lc.checkOutput() {
+		return gnet.Close, true
+	}
+	return gnet.None, false
+}
+
+// quickParse turns the quick path off, for the test that compares it with
+// framing and redcon.
+var quickParse = true
+
+// quick parses the multibulk command at the start of b when it is
+// complete, plainly framed and within every request limit: a count and
+// lengths of at most 9 digits without sign or leading zero, each line
+// ending in CRLF, each bulk string followed by CRLF. Framing would pass
+// such a command whole, ending at a command boundary, and redcon would
+// read the same arguments from it, so the bytes are parsed once instead of
+// twice. n is 0 for anything else (incomplete, unusual, over a limit):
+// framing and redcon then take it, and word any refusal.
+func (lc *loopConn) quick(b []byte) (args [][]byte, n int) {
+	if !quickParse || len(b) == 0 || b[0] != '*' {
+		return nil, 0
+	}
+	count, i := plainLength(b, 1)
+	authed, max := lc.cl.authed, lc.f.max
+	if i == 0 || count == 0 || int64(count) > max/6 || (!authed && count > maxUnauthArgs) {
+		return nil, 0
+	}
+	args = lc.argv[:0]
+	for range count {
+		if i >= len(b) || b[i] != '$' {
+			return nil, 0
+		}
+		size, j := plainLength(b, i+1)
+		if j == 0 || (!authed && size > maxUnauthBulkBytes) {
+			return nil, 0
+		}
+		end := j + size
+		if end+2 > len(b) || int64(end+2) > max || b[end] != '\r' || b[end+1] != '\n' {
+			return nil, 0
+		}
+		args = append(args, b[j:end])
+		i = end + 2
+	}
+	lc.argv = args[:0]
+	return args, i
+}
+
+// plainLength reads the digits of a count or length line at b[i:] up to
+// its CRLF: at most 9 digits, no sign, no leading zero. It returns the
+// number and the index after the line, or next 0 when the line is not
+// complete or not plain.
+func plainLength(b []byte, i int) (n, next int) {
+	start := i
+	for ; i < len(b) && i-start <= 9; i++ {
+		c := b[i]
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	digits := i - start
+	if digits == 0 || digits > 9 || (b[start] == '0' && digits > 1) || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
+		return 0, 0
+	}
+	return n, i + 2
 }
 
 // next parses the command at the start of b as redcon's server does: n is

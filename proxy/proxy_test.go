@@ -348,3 +348,49 @@ func TestShutdownDrains(t *testing.T) {
 	}
 	s.served <- nil // for the cleanup
 }
+
+// TestEvalSHAAfterFlush: a connection that ran a script by EVALSHA gets
+// NOSCRIPT for it once another connection flushed the script cache, or
+// once the cache filled up and started over, and runs it again once it is
+// loaded again.
+func TestEvalSHAAfterFlush(t *testing.T) {
+	const src = "return 7"
+	for _, empty := range []string{"flush", "full"} {
+		t.Run(empty, func(t *testing.T) {
+			s := startMemory(t, proxy.Config{MaxScriptCacheBytes: 2 * len(src)})
+			a, b := dial(t, s.addr), dial(t, s.addr)
+			a.send("*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$8\r\n" + src + "\r\n")
+			if l := a.line(t); l != "$40\r\n" {
+				t.Fatalf("SCRIPT LOAD = %q", l)
+			}
+			sha := strings.TrimSpace(a.line(t))
+			evalsha := "*3\r\n$7\r\nEVALSHA\r\n$40\r\n" + sha + "\r\n$1\r\n0\r\n"
+			for range 2 {
+				a.send(evalsha)
+				if l := a.line(t); l != ":7\r\n" {
+					t.Fatalf("EVALSHA = %q", l)
+				}
+			}
+			if empty == "flush" {
+				b.send("SCRIPT FLUSH\r\n")
+			} else {
+				b.send("SCRIPT LOAD \"return 888\"\r\n") // does not fit beside src: the cache starts over
+			}
+			b.line(t)
+			if empty == "full" {
+				b.line(t)
+			}
+			a.send(evalsha)
+			if l := a.line(t); !strings.HasPrefix(l, "-NOSCRIPT") {
+				t.Fatalf("EVALSHA after the cache was emptied = %q, want NOSCRIPT", l)
+			}
+			b.send("*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$8\r\n" + src + "\r\n")
+			b.line(t)
+			b.line(t)
+			a.send(evalsha)
+			if l := a.line(t); l != ":7\r\n" {
+				t.Fatalf("EVALSHA after loading it again = %q", l)
+			}
+		})
+	}
+}

@@ -2,7 +2,6 @@ package keycmd
 
 import (
 	"context"
-	"time"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
 )
@@ -126,7 +125,7 @@ func cmdSet(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (ba
 		so.Cond, so.Match = backend.IfNotEqual, clone(o.match)
 	}
 	if o.expire != nil {
-		if so.Expiry, err = setExpiry("set", o.expire, expireUnit(o.flags), time.Now()); err != nil {
+		if so.Expiry, err = setExpiry("set", o.expire, expireUnit(o.flags)); err != nil {
 			return backend.Value{}, err
 		}
 	}
@@ -157,7 +156,7 @@ func cmdSetEX(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (
 	if cmd == "psetex" {
 		unit = relMillis
 	}
-	e, err := setExpiry(cmd, args[2], unit, time.Now())
+	e, err := setExpiry(cmd, args[2], unit)
 	if err != nil {
 		return backend.Value{}, err
 	}
