@@ -157,20 +157,36 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 	return true
 }
 
-// StartEval implements backend.LoopBackend for the scripts sent alone
-// (watchCached: releases and reads by what they do, read-only scripts,
-// scripts without keys; a script's first call, which classifies it, and
-// an extend, which carries PTTL reads, take the stream path): one command
-// per node, decided by the same rules as Eval (evalOutcome).
+// StartEval implements backend.LoopBackend for a script whose class is
+// known (watchCached; a script's first call, which classifies it, and a
+// Guarded script's call, which runs it on the model, take the stream
+// path). It sends what Eval sends — the script alone, with each key's
+// PTTL after an extend, with the reads around an acquire — and decides by
+// the same rules (evalOutcome). An acquire keeps the stripe of its keys
+// as on the stream path (doc.go: its reads before and after need one
+// order in this proxy), taken with TryLock: when another operation holds
+// it, the call goes to the stream path, which waits. The stripe is let go
+// once the keys it created on too few nodes have their undos queued on
+// this loop's connections: from then on pendingUndos keeps a retry of the
+// same token off those nodes, as it does for SET NX.
 func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(backend.Value, error)) bool {
-	if w, ok := ql.b.watchCached(s, keys, args, ro); !ok || w != watchNone || !ql.usable(db) {
+	w, ok := ql.b.watchCached(s, keys, args, ro)
+	if !ok || !ql.usable(db) {
 		return false
 	}
-	build, again, at := evalPlan(s, keys, args, ro, watchNone)
+	unlock := func() {}
+	if w == watchKeys {
+		if unlock, ok = ql.b.tryLockKeys(keys...); !ok {
+			return false
+		}
+	}
+	build, again, at := evalPlan(s, keys, args, ro, w)
 	ql.run(db, same(build(false)), again, deadline, func(replies []nodeReply, elapsed time.Duration) {
-		// Unwatched, nothing is recorded as created: there is nothing to
-		// undo (undoCreated would send nothing).
-		v, err, _, _, _ := ql.b.evalOutcome(keys, args, watchNone, at, replies, elapsed)
+		v, err, created, count, undoAll := ql.b.evalOutcome(keys, args, w, at, replies, elapsed)
+		if undos := undoRequests(created, count, undoAll, ql.b.q); undos != nil {
+			ql.run(db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) {})
+		}
+		unlock()
 		done(v, err)
 	})
 	return true
