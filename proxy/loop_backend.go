@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
@@ -136,6 +138,30 @@ type loopCmd struct {
 	set     backend.SetResult
 	v       backend.Value // Eval's value; Get's token in Str (ok in Int), PTTL's in Int
 	err     error
+
+	// Room for args, so that a lock command's copy costs no allocation of
+	// its own (cloneArgs makes two).
+	argv [8][]byte
+	abuf [192]byte
+}
+
+// clone copies args into c.args, in c's own storage when they fit.
+func (c *loopCmd) clone(args [][]byte) {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	if len(args) > len(c.argv) || n > len(c.abuf) {
+		c.args = cloneArgs(args)
+		return
+	}
+	buf := c.abuf[:0]
+	out := c.argv[:len(args)]
+	for i, a := range args {
+		buf = append(buf, a...)
+		out[i] = buf[len(buf)-len(a) : len(buf) : len(buf)] // an empty one stays non-nil, as cloneArgs keeps it
+	}
+	c.args = out
 }
 
 // startOnLoop offers args, a command that would run off the loop, to the
@@ -163,10 +189,17 @@ func (lc *loopConn) startOnLoop(args [][]byte) (started bool) {
 		default:
 			return false
 		}
-		c.args = cloneArgs(args)
+		c.clone(args)
 		kc.Exec(cl.ctx, c, cl.db, c.args) // the result is pass 2's
 	} else if cc := lookupConn(args[0]); cc != nil && cc.run != nil && isEval(cc.name) && arityOK(cc.arity, len(args)) {
-		c.args = cloneArgs(args)
+		if !strings.HasPrefix(cc.name, "evalsha") && !lc.s.knowsScript(args[1]) {
+			// A source not seen yet would be compiled here, in pass 1,
+			// stalling every client of the loop: its first call goes off
+			// the loop (compiled and, on quorum, classified there), as an
+			// EVALSHA's first call does.
+			return false
+		}
+		c.clone(args)
 		cl.lastCmd, cl.alt = cc.name, c
 		cmdEval(cl, c.args)
 		cl.alt = nil
@@ -175,6 +208,16 @@ func (lc *loopConn) startOnLoop(args [][]byte) (started bool) {
 		lc.busy = true
 	}
 	return c.started
+}
+
+// knowsScript reports whether src is in the script cache (so EVAL src
+// compiles nothing).
+func (s *Server) knowsScript(src []byte) bool {
+	if len(src) > s.cfg.MaxScriptBytes {
+		return false
+	}
+	_, ok := s.scripts.get(luascripts.SHA1(string(src)))
+	return ok
 }
 
 func isEval(name string) bool {
@@ -231,6 +274,11 @@ func (c *loopCmd) Eval(_ context.Context, db int, s backend.Script, keys []strin
 		c.v, c.err = v, err
 		c.complete()
 	})
+	if c.started {
+		// No error: the value is dropped, and turning errOnLoop into an
+		// error reply (cmdEval does) costs two allocations.
+		return backend.Value{}, nil
+	}
 	return backend.Value{}, errOnLoop
 }
 

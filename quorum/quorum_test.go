@@ -21,7 +21,7 @@ import (
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
-func startNodes(t *testing.T, n int) []*testsrv.Redis {
+func startNodes(t testing.TB, n int) []*testsrv.Redis {
 	t.Helper()
 	nodes := make([]*testsrv.Redis, n)
 	for i := range nodes {

@@ -15,6 +15,12 @@
 # end. BEFORE_REV=<git revision> also measures lockproxy built from that
 # revision, same front end, same nodes, same run (on BASE_PORT+101): a
 # before/after comparison that the machine's noise affects alike.
+# PERF=<file> records a CPU profile of lockproxy (perf record -g, software
+# clock) during its measurement into <file>: read it with perf report -i.
+# LOCKPROXY_ENV="GOGC=400 ..." is the environment of the build under test
+# only (with BEFORE_REV=HEAD, an A/B of a runtime setting alone).
+# SYSCALLS=1 counts lockproxy's system calls during its first measurement
+# (perf stat on the syscall tracepoints), to divide by its cycles.
 set -euo pipefail
 mode=${1:-redsync}
 dur=${2:-10s}
@@ -33,7 +39,7 @@ for i in 1 2 3 4; do
 	pids+=($!)
 done
 nodes=127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))
-"$dir/lockproxy" --backend quorum --quorum-nodes "$nodes" --listen 127.0.0.1:$((base + 100)) --admin-listen '' --data-path "$data_path" >"$dir/lockproxy.log" 2>&1 &
+env ${LOCKPROXY_ENV:-} "$dir/lockproxy" --backend quorum --quorum-nodes "$nodes" --listen 127.0.0.1:$((base + 100)) --admin-listen '' --data-path "$data_path" >"$dir/lockproxy.log" 2>&1 &
 lp=$!
 pids+=($lp)
 if [ -n "${BEFORE_REV:-}" ]; then
@@ -64,11 +70,35 @@ measure() {
 	for i in 0 1 2 3 4; do d+=($(( (after[i] - before[i]) * 10000 / cyc ))); done
 	echo "  CPU µs per cycle: load tool $((lb / cyc)), lockproxy ${d[0]}, nodes $((d[1] + d[2] + d[3])), single redis ${d[4]}"
 }
-echo "lockproxy ($data_path):"
-measure 127.0.0.1:$((base + 100))
-if [ -n "${BEFORE_REV:-}" ]; then
-	echo "lockproxy at $BEFORE_REV ($data_path):"
-	measure 127.0.0.1:$((base + 101)) "$lp0"
-fi
+# ROUNDS (default 1) repeats the lockproxy measurements, the build under
+# test and BEFORE_REV's alternately (each round swaps which goes first),
+# so that a load that comes and goes on the machine meets both alike.
+rounds=${ROUNDS:-1}
+for ((r = 1; r <= rounds; r++)); do
+	[ "$rounds" -gt 1 ] && echo "round $r:"
+	if [ -n "${BEFORE_REV:-}" ] && ((r % 2 == 0)); then
+		echo "lockproxy at $BEFORE_REV ($data_path):"
+		measure 127.0.0.1:$((base + 101)) "$lp0"
+	fi
+	echo "lockproxy ($data_path):"
+	if [ -n "${PERF:-}" ] && [ "$r" -eq 1 ]; then
+		perf record -e cpu-clock -g -o "$PERF" -p "$lp" -- sleep "${dur%s}" >/dev/null 2>&1 &
+		perf_pid=$!
+	fi
+	if [ -n "${SYSCALLS:-}" ] && [ "$r" -eq 1 ]; then
+		perf stat -e 'syscalls:sys_enter_write,syscalls:sys_enter_read,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_futex' -p "$lp" -- sleep "${dur%s}" 2>"$dir/syscalls" &
+		stat_pid=$!
+	fi
+	measure 127.0.0.1:$((base + 100))
+	if [ -n "${PERF:-}" ] && [ "$r" -eq 1 ]; then wait "$perf_pid" || true; fi
+	if [ -n "${SYSCALLS:-}" ] && [ "$r" -eq 1 ]; then
+		wait "$stat_pid" || true
+		grep syscalls: "$dir/syscalls"
+	fi
+	if [ -n "${BEFORE_REV:-}" ] && ((r % 2 == 1)); then
+		echo "lockproxy at $BEFORE_REV ($data_path):"
+		measure 127.0.0.1:$((base + 101)) "$lp0"
+	fi
+done
 echo "baseline ($mode):"
 measure "$baseline"
