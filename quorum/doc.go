@@ -37,12 +37,11 @@
 // Two paths to the nodes, one set of rules. On the event-loop front end
 // (backend.Looper, loop.go) each loop has its own connection to each
 // node, and an acquire (SET key token NX PX|EX), a majority read (GET,
-// PTTL, TTL) or a script sent alone (a release or a read, by what it
-// does, a read-only script, a script without keys: watchCached, once
-// classified) starts on the loop that owns the client: its commands are appended to that loop's node buffers, each buffer is
+// PTTL, TTL) or a script whose class is known (watchCached: every script
+// after its first call, but for a Guarded one) starts on the loop that owns the client: its commands are appended to that loop's node buffers, each buffer is
 // written once per pass of the loop, the replies are decoded on the loop
 // and the vote completes there, with no goroutine hand-off. Everything
-// else (other commands, watched scripts, MULTI/EXEC, nodes over TLS or
+// else (other commands, a script's first call, MULTI/EXEC, nodes over TLS or
 // through Config.Dialer, the goroutine front end, a loop whose node
 // connections are not set up yet) takes the stream path: one shared
 // connection per node (stream.go) and a blocking call. Both decide with
@@ -81,8 +80,9 @@
 //     lock). So no request writes a token to a node while an undo of that
 //     key and token is pending there (pendingUndos, pending.go): the retry
 //     needs a majority of the other nodes.
-//   - Watched scripts keep the stripe and the stream path: their reads
-//     before and after are what needs one order.
+//   - Acquiring scripts keep the stripe: their reads before and after are
+//     what needs one order. A loop takes it with TryLock and leaves the
+//     call to the stream path (which waits) when it is taken.
 //
 // Node connections speak RESP3 through proxy/resp: resp.Request encodes
 // the commands, resp.Reader decodes the replies with their exact types,

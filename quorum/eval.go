@@ -259,27 +259,37 @@ func scriptTTLs(keys []string, created []map[string]string, count map[string]int
 // created on fewer than Q nodes (count: createdCount), or on any node when
 // the vote failed.
 func (b *Backend) undoCreated(ctx context.Context, db int, created []map[string]string, count map[string]int, voteFailed bool) {
-	if len(count) == 0 {
+	reqs := undoRequests(created, count, voteFailed, b.q)
+	if reqs == nil {
 		return
+	}
+	b.fanout(context.WithoutCancel(ctx), db, func(i int) *req { return reqs[i] }, nil)
+}
+
+// undoRequests are undoCreated's requests, by node (nil for a node with
+// nothing to undo; nil when no node has any).
+func undoRequests(created []map[string]string, count map[string]int, voteFailed bool, q int) []*req {
+	if len(count) == 0 {
+		return nil
 	}
 	reqs := make([]*req, len(created))
 	for i, c := range created {
 		for k, tok := range c {
-			if !voteFailed && count[k] >= b.q {
+			if !voteFailed && count[k] >= q {
 				continue
 			}
 			if reqs[i] == nil {
 				reqs[i] = &req{}
 			}
+			// Rare: EVAL, not worth a NOSCRIPT round.
 			runScript(&reqs[i].cmds, delIfScript, true, []string{k}, []byte(tok), []byte("eq"))
 			reqs[i].undo = append(reqs[i].undo, undoRec{key: k, token: tok})
 		}
 	}
 	if !slices.ContainsFunc(reqs, func(r *req) bool { return r != nil }) {
-		return
+		return nil
 	}
-	// Rare: EVAL, not worth a NOSCRIPT round.
-	b.fanout(context.WithoutCancel(ctx), db, func(i int) *req { return reqs[i] }, nil)
+	return reqs
 }
 
 // voteTime settles integer replies that differ only because the nodes ran

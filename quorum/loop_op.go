@@ -37,6 +37,8 @@ type lop struct {
 	keys     []string
 	args     [][]byte
 	ro       bool
+	watch    scriptWatch
+	unlock   func() // an acquiring script's key stripes (tryLockKeys), or nil
 	evalDone func(backend.Value, error)
 
 	// Storage for the common case (up to inlineNodes nodes, one command
@@ -57,6 +59,24 @@ const (
 	kindSet                   // StartSet's acquire
 	kindEval                  // StartEval's script
 )
+
+// evalAt is where the script's own reply is among a node's replies
+// (evalPlan's at).
+func (lo *lop) evalAt() int {
+	if lo.watch == watchKeys {
+		return 1
+	}
+	return 0
+}
+
+// evalReq is the request of a kindEval operation (evalPlan's build).
+func (lo *lop) evalReq(eval bool) *req {
+	r := evalRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch == watchKeys, eval)
+	if lo.watch == watchTTLs {
+		appendTTLs(r, lo.keys)
+	}
+	return r
+}
 
 // run starts an operation on the loop, as fanout does on the streams;
 // decide is called on the loop with the replies, once, never from within
@@ -131,8 +151,8 @@ func (lo *lop) progress() {
 	again := lo.again
 	if lo.kind == kindEval {
 		again = func(_ int, r nodeReply) *req { // only called within retries: no allocation
-			if r.err == nil && len(r.vals) > 0 && noScript(r.vals[0]) {
-				return evalRequest(lo.script, lo.keys, lo.args, lo.ro, false, true)
+			if at := lo.evalAt(); r.err == nil && len(r.vals) > at && noScript(r.vals[at]) {
+				return lo.evalReq(true)
 			}
 			return nil
 		}
@@ -182,9 +202,14 @@ func (lo *lop) end() {
 		}
 		lo.setDone(res, err)
 	case kindEval:
-		// Unwatched, nothing is recorded as created: there is nothing to
-		// undo (undoCreated would send nothing).
-		v, err, _, _, _ := lo.ql.b.evalOutcome(lo.keys, lo.args, watchNone, 0, lo.replies, elapsed)
+		ql := lo.ql
+		v, err, created, count, undoAll := ql.b.evalOutcome(lo.keys, lo.args, lo.watch, lo.evalAt(), lo.replies, elapsed)
+		if undos := undoRequests(created, count, undoAll, ql.b.q); undos != nil {
+			ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) {})
+		}
+		if lo.unlock != nil {
+			lo.unlock()
+		}
 		lo.evalDone(v, err)
 	default:
 		lo.decide(lo.replies, elapsed)
@@ -209,19 +234,30 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 	return true
 }
 
-// StartEval implements backend.LoopBackend for the scripts sent alone
-// (watchCached: releases and reads by what they do, read-only scripts,
-// scripts without keys; a script's first call, which classifies it, and
-// an extend, which carries PTTL reads, take the stream path): one command
-// per node, decided by the same rules as Eval (evalOutcome).
+// StartEval implements backend.LoopBackend for a script whose class is
+// known (watchCached; a script's first call, which classifies it, and a
+// Guarded script's call, which runs it on the model, take the stream
+// path). It sends what Eval sends — the script alone, with each key's
+// PTTL after an extend, with the reads around an acquire — and decides by
+// the same rules (evalOutcome). An acquire keeps the stripe of its keys
+// as on the stream path (doc.go: its reads before and after need one
+// order in this proxy), taken with TryLock: when another operation holds
+// it, the call goes to the stream path, which waits. The stripe is let go
+// once the keys it created on too few nodes have their undos queued on
+// this loop's connections: from then on pendingUndos keeps a retry of the
+// same token off those nodes, as it does for SET NX.
 func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(backend.Value, error)) bool {
-	if w, ok := ql.b.watchCached(s, keys, args, ro); !ok || w != watchNone || !ql.usable(db) {
+	w, ok := ql.b.watchCached(s, keys, args, ro)
+	if !ok || !ql.usable(db) {
 		return false
 	}
-	// evalPlan's request and NOSCRIPT fallback for watchNone, without its
-	// closures (kindEval).
-	r := evalRequest(s, keys, args, ro, false, false)
-	ql.runOp(&lop{ql: ql, db: db, kind: kindEval, script: s, keys: keys, args: args, ro: ro, evalDone: done}, same(r), deadline)
+	lo := &lop{ql: ql, db: db, kind: kindEval, script: s, keys: keys, args: args, ro: ro, watch: w, evalDone: done}
+	if w == watchKeys {
+		if lo.unlock, ok = ql.b.tryLockKeys(keys...); !ok {
+			return false
+		}
+	}
+	ql.runOp(lo, same(lo.evalReq(false)), deadline)
 	return true
 }
 

@@ -194,6 +194,43 @@ func TestLoopUndoPartial(t *testing.T) {
 	waitGone(t, direct[2], "split")
 }
 
+// An acquiring script runs on the loop once classified, read around on
+// every node: where it created the key on too few nodes it is undone there,
+// and a script that creates on a majority is kept.
+func TestLoopScriptUndoPartial(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
+	ctx := t.Context()
+	direct := directClients(t, nodes)
+	waitLoopReady(t, c, b)
+	script := redis.NewScript(acquireSrc)
+	// The first call classifies the script, on the stream path.
+	if n, err := script.Run(ctx, c, []string{"first"}, "t", 10000).Int(); n != 1 || err != nil {
+		t.Fatalf("acquire script = %d, %v; want 1", n, err)
+	}
+	for _, d := range direct[:2] {
+		d.Set(ctx, "held", "other", 0)
+	}
+	onLoops(t, b, 2, func() { // the script and its undo
+		n, err := script.Run(ctx, c, []string{"held"}, "mine", 10000).Int()
+		if n != 0 || err != nil {
+			t.Fatalf("acquire script on a key two of three nodes hold = %d, %v; want 0", n, err)
+		}
+	})
+	waitGone(t, direct[2], "held")
+	onLoops(t, b, 1, func() {
+		n, err := script.Run(ctx, c, []string{"free"}, "mine", 10000).Int()
+		if n != 1 || err != nil {
+			t.Fatalf("acquire script on a free key = %d, %v; want 1", n, err)
+		}
+	})
+	for i, d := range direct {
+		if v, _ := d.Get(ctx, "free").Result(); v != "mine" {
+			t.Errorf("node %d holds free = %q; want mine", i, v)
+		}
+	}
+}
+
 // waitGone waits for an undo (sent before the client's reply, but over
 // another connection than d's) to reach the node.
 func waitGone(t *testing.T, d *redis.Client, key string) {
@@ -291,7 +328,20 @@ func TestLoopNoScriptFallback(t *testing.T) {
 // Under load from many clients on few keys, nodes are paused (SIGSTOP)
 // and killed: an acquire answers OK only when nobody else holds the key,
 // TRYAGAIN when failures decide, and never blocks past the node timeout.
+//
+// Twice: with SET NX, and with an acquiring script (watched: read around
+// on every node, and undone where it created a key on too few).
 func TestLoopNodeFaultsUnderLoad(t *testing.T) {
+	for _, by := range []string{"set", "script"} {
+		t.Run(by, func(t *testing.T) { loopFaultsUnderLoad(t, by) })
+	}
+}
+
+// acquireSrc is node redlock's kind of acquire: a script that sets the key
+// when it is absent.
+const acquireSrc = `if redis.call("exists", KEYS[1]) == 0 then redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2]) return 1 end return 0`
+
+func loopFaultsUnderLoad(t *testing.T, by string) {
 	nodes := startNodes(t, 3)
 	c, b := startLoopProxy(t, nodes, 2, quorum.Config{})
 	ctx := t.Context()
@@ -300,8 +350,16 @@ func TestLoopNodeFaultsUnderLoad(t *testing.T) {
 	if err := release.Load(ctx, c).Err(); err != nil {
 		t.Fatal(err)
 	}
-
 	const ttl = 2 * time.Second
+	lock := func(key, tok string) (bool, error) { return acquire(ctx, c, key, tok, ttl) }
+	if by == "script" {
+		script := redis.NewScript(acquireSrc)
+		lock = func(key, tok string) (bool, error) {
+			n, err := script.Run(ctx, c, []string{key}, tok, ttl.Milliseconds()).Int()
+			return n == 1, err
+		}
+	}
+
 	var mu sync.Mutex
 	type hold struct {
 		tok       string
@@ -329,14 +387,14 @@ func TestLoopNodeFaultsUnderLoad(t *testing.T) {
 				key := fmt.Sprintf("k%d", i%4)
 				tok := fmt.Sprintf("w%d-%d", w, i)
 				sent := time.Now()
-				ok, err := acquire(ctx, c, key, tok, ttl)
+				ok, err := lock(key, tok)
 				took := time.Since(sent)
 				if took > 3*testTimeout+time.Second {
 					t.Errorf("an acquire took %v with a %v node timeout", took, testTimeout)
 				}
 				switch {
 				case err != nil && !isTryAgain(err):
-					t.Errorf("SET NX = %v; want OK, nil or TRYAGAIN", err)
+					t.Errorf("acquire (%s) = %v; want OK, nil or TRYAGAIN", by, err)
 					return
 				case err != nil:
 					count("tryagain")

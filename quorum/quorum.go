@@ -88,6 +88,34 @@ type Backend struct {
 // stripes are taken in ascending order, so two multi-key operations cannot
 // deadlock.
 func (b *Backend) lockKeys(keys ...string) func() {
+	idx := stripes(keys)
+	for _, i := range idx {
+		b.keys[i].Lock()
+	}
+	return func() { b.unlockStripes(idx) }
+}
+
+// tryLockKeys is lockKeys for a caller that must not wait (an event
+// loop): ok is false, and nothing is held, when a stripe is taken.
+func (b *Backend) tryLockKeys(keys ...string) (unlock func(), ok bool) {
+	idx := stripes(keys)
+	for n, i := range idx {
+		if !b.keys[i].TryLock() {
+			b.unlockStripes(idx[:n])
+			return nil, false
+		}
+	}
+	return func() { b.unlockStripes(idx) }, true
+}
+
+func (b *Backend) unlockStripes(idx []int) {
+	for _, i := range idx {
+		b.keys[i].Unlock()
+	}
+}
+
+// stripes are the keys' stripe indices, each once, in ascending order.
+func stripes(keys []string) []int {
 	var idx []int
 	for _, k := range keys {
 		i := int(stripe(k))
@@ -96,14 +124,7 @@ func (b *Backend) lockKeys(keys ...string) func() {
 		}
 	}
 	slices.Sort(idx)
-	for _, i := range idx {
-		b.keys[i].Lock()
-	}
-	return func() {
-		for _, i := range idx {
-			b.keys[i].Unlock()
-		}
-	}
+	return idx
 }
 
 func stripe(key string) uint8 {
