@@ -23,10 +23,9 @@ type advisory struct {
 	b       *Backend
 	holders []*holder
 	router  *router
-	rows    atomic.Int64                    // leases (the locks this instance holds), with a row or deferred
-	rowless [backend.Databases]atomic.Int64 // deferred leases without a row yet, by db (deferred.go)
-	expired atomic.Uint64                   // leases its timers ended at their deadlines (expiry.go)
-	drained atomic.Bool                     // Close has begun: new leases get their rows at once (deferred.go drain)
+	rows    atomic.Int64  // leases (the locks this instance holds), with a row or deferred
+	expired atomic.Uint64 // leases its timers ended at their deadlines (expiry.go)
+	drained atomic.Bool   // Close has begun: new leases get their rows at once (deferred.go drain)
 
 	epoch      time.Time    // the monotonic origin of quarantine
 	quarantine atomic.Int64 // no lock is taken before epoch + this (horizon.go)
@@ -177,9 +176,6 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 		row: !deferred, deferred: deferred, granted: now.UnixMilli(), rowless: q.rowless}
 	st.owned[k] = e
 	a.rows.Add(1)
-	if deferred {
-		a.rowless[k.db].Add(1)
-	}
 	a.arm(k, e)
 	return backend.SetResult{Written: true}, true, nil
 }

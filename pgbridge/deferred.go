@@ -388,7 +388,6 @@ func (a *advisory) writeRow(k dbKey, e *held) {
 // settled counts off a deferred lease that got its row or ended (its
 // stripe locked): its session's count of row-less locks falls with it.
 func (a *advisory) settled(k dbKey, e *held) {
-	a.rowless[k.db].Add(-1)
 	if e.rowless != nil {
 		e.rowless.Add(-1) // its own session's count, whichever session holds now
 	}
