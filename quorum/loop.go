@@ -174,9 +174,19 @@ func (ql *qloop) markDirty(ln *lnode) {
 }
 
 // flush writes each connection's buffer, once, after the pass's input.
+//
+// A write can mark connections dirty on its own: a write that fails
+// closes its connection at once, and the calls that fail with it end
+// operations whose callers may start new ones (an undo, a client's next
+// pipelined command). Those are appended to ql.dirty while it is walked,
+// so the walk goes by index up to its current length: a connection
+// appended then and dropped with the list would have stayed marked dirty,
+// never to be listed again, and its commands never written (found under
+// load: every operation of one loop timed out on two live nodes for good).
 func (ql *qloop) flush() {
 	ql.flushQueued = false
-	for k, ln := range ql.dirty {
+	for k := 0; k < len(ql.dirty); k++ {
+		ln := ql.dirty[k]
 		ql.dirty[k] = nil
 		ln.dirty = false
 		ln.write()
