@@ -70,3 +70,27 @@ func TestFlushKeepsConnectionsMarkedDuringFlush(t *testing.T) {
 		t.Fatalf("b was written %q; want PING then ECHO", wb.got)
 	}
 }
+
+// Commands queued while their connection's Write runs (a failed write
+// closes the connection within Write, and an ended acquire queues its undo
+// for the next connection) are kept for the next write. Before, write
+// cleared the buffer after Write, and they were lost while their calls
+// waited for replies.
+func TestWriteKeepsCommandsQueuedDuringWrite(t *testing.T) {
+	l := &queueLoop{}
+	ql := &qloop{l: l}
+	ql.flushFn = ql.flush
+	w := &hookWriter{}
+	ln := &lnode{ql: ql, state: up, cur: &lconn{w: w}}
+	ln.cur.ln = ln
+	w.onWrite = func() { ln.wbuf = append(ln.wbuf, "*1\r\n$4\r\nECHO\r\n"...) }
+	ln.wbuf = append(ln.wbuf, "*1\r\n$4\r\nPING\r\n"...)
+	ln.write()
+	if string(ln.wbuf) != "*1\r\n$4\r\nECHO\r\n" {
+		t.Fatalf("left to write %q; want the ECHO queued during the write", ln.wbuf)
+	}
+	ln.write()
+	if string(w.got) != "*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nECHO\r\n" {
+		t.Fatalf("written %q; want PING then ECHO", w.got)
+	}
+}

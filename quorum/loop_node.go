@@ -22,10 +22,11 @@ type lnode struct {
 	i       int
 	st      *stream // connection set-up and what survives a connection; its goroutines never run
 	state   streamState
-	ready   bool   // a first connection attempt has ended
-	dialing bool   // a dial goroutine runs
-	cur     *lconn // the connection, when up
-	wbuf    []byte
+	ready   bool    // a first connection attempt has ended
+	dialing bool    // a dial goroutine runs
+	cur     *lconn  // the connection, when up
+	wbuf    []byte  // commands not written yet
+	spare   []byte  // the other buffer (write)
 	pending []*call // waiting for replies, in write order, from head
 	head    int
 	err     error // why it is down
@@ -93,16 +94,24 @@ func (ln *lnode) send(cl *call, buf []byte) {
 }
 
 // write hands the buffer to the connection.
+//
+// The front end keeps what the socket does not take now; a write error
+// closes the connection within Write, and Closed fails the calls. The
+// operations that end then may queue commands at once (an acquire's undo,
+// for the next connection), so the buffer is swapped out before Write,
+// not cleared after it: clearing it dropped those commands while their
+// calls stayed waiting, and the next connection's replies would have gone
+// to the wrong calls.
 func (ln *lnode) write() {
 	if ln.state != up || len(ln.wbuf) == 0 {
 		return
 	}
-	// The front end keeps what the socket does not take now; a write error
-	// closes the connection, and Closed fails the calls.
-	_ = ln.cur.w.Write(ln.wbuf)
-	ln.wbuf = ln.wbuf[:0]
-	if cap(ln.wbuf) > 1<<20 {
-		ln.wbuf = nil // a burst's buffer is not kept
+	buf := ln.wbuf
+	ln.wbuf = ln.spare[:0]
+	_ = ln.cur.w.Write(buf)
+	ln.spare = buf[:0]
+	if cap(buf) > 1<<20 {
+		ln.spare = nil // a burst's buffer is not kept
 	}
 }
 
