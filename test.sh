@@ -51,11 +51,13 @@ go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
 # backend, go-redis, redsync, redislock, MULTI, ops); the proxy package's
 # own tests run both front ends above. The run above has postgres mode at
 # lockproxy's default lease row delay (200ms: deferred rows); this leg runs
-# it with every lease row written at once (0s), the postgres nemeses
-# included, so that both settings are covered.
+# it with every lease row written at once (0s): the differential corpus,
+# every black-box postgres test and the postgres nemeses, so that both
+# settings are covered (pgbridge's own tests run each setting where it
+# matters: TestFence at both, an instance at 0s among deferred ones).
 LOCKPROXY_TEST_DATA_PATH=goroutines LOCKPROXY_TEST_PG_ROW_DELAY=0s \
 	go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
 	-race -count=1 -timeout 15m \
-	-run 'TestDifferential$|TestDifferentialQuorum|TestDifferentialPostgres|TestNative|TestNewerCommands|TestResp|TestGoRedis|TestRedsync|TestRedislock$|TestOps|TestMulti|TestAdmin|TestMetrics|TestPostgresNemesis' \
+	-run 'TestDifferential$|TestDifferentialQuorum|TestDifferentialPostgres|TestNative|TestNewerCommands|TestResp|TestGoRedis|TestRedsync|TestRedislock$|TestOps|TestMulti|TestAdmin|TestMetrics|TestPostgres|TestRedisCLI' \
 	./tests/ ./tests/faults/ |
 	grep --line-buffered -Ev '^(PASS|SKIP) [^ .]+\.[^ /]+/'
