@@ -3,6 +3,7 @@ package pgbridge
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -30,8 +31,21 @@ func nowMS() int64 { return wallNow().UnixMilli() }
 // running lockproxy.
 var clockSkew atomic.Int64
 
-// untilMS is how long from now (wallNow) until at, Unix ms.
-func untilMS(at int64) time.Duration { return time.Duration(at-nowMS()) * time.Millisecond }
+// untilMS is how long from now (wallNow) until at, Unix ms. It saturates:
+// a deadline centuries away (SET … EX 10000000000 is accepted) must not
+// wrap to a negative duration, which made the expiry timer fire at once,
+// find nothing due and re-arm itself in a loop.
+func untilMS(at int64) time.Duration {
+	const most = math.MaxInt64 / int64(time.Millisecond)
+	switch left := at - nowMS(); {
+	case left > most:
+		return math.MaxInt64
+	case left < -most:
+		return math.MinInt64
+	default:
+		return time.Duration(left) * time.Millisecond
+	}
+}
 
 // Set implements backend.KeySpace.
 func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {

@@ -2,6 +2,7 @@ package pgbridge
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +75,26 @@ func TestTimers(t *testing.T) {
 	for i, e := range ts.q {
 		if e.timer.idx != i || !e.timer.on || e.timer.at < future {
 			t.Errorf("timer %d in the heap: %+v", i, e.timer)
+		}
+	}
+}
+
+// untilMS saturates: a lease whose deadline lies centuries ahead (SET …
+// EX 10000000000 NX is accepted) waits "forever", not a wrapped negative
+// time that fired its timer at once, again and again, spinning a core.
+func TestUntilMSSaturates(t *testing.T) {
+	now := nowMS()
+	for _, tt := range []struct {
+		at   int64
+		want func(time.Duration) bool
+	}{
+		{now + 10_000_000_000_000, func(d time.Duration) bool { return d == math.MaxInt64 }},
+		{math.MaxInt64, func(d time.Duration) bool { return d == math.MaxInt64 }},
+		{now - 10_000_000_000_000, func(d time.Duration) bool { return d == math.MinInt64 }},
+		{now + 5000, func(d time.Duration) bool { return d > 4*time.Second && d <= 5*time.Second }},
+	} {
+		if d := untilMS(tt.at); !tt.want(d) {
+			t.Errorf("untilMS(now%+d ms) = %v", tt.at-now, d)
 		}
 	}
 }
