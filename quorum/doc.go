@@ -80,9 +80,14 @@
 //     lock). So no request writes a token to a node while an undo of that
 //     key and token is pending there (pendingUndos, pending.go): the retry
 //     needs a majority of the other nodes.
-//   - Acquiring scripts keep the stripe: their reads before and after are
-//     what needs one order. A loop takes it with TryLock and leaves the
-//     call to the stream path (which waits) when it is taken.
+//   - Acquiring scripts keep the stripe, so that this proxy's scripts on
+//     one key read around each other in one order; a loop takes it with
+//     TryLock and leaves the call to the stream path (which waits) when
+//     it is taken. The stripe does not order them against releases, SET
+//     NX undos, expiry or other proxies, so the reads around a script
+//     decide nothing on their own: a node that gave the agreed reply
+//     keeps what the script did there, and only the nodes that answered
+//     otherwise have the keys it created undone (eval.go evalOutcome).
 //
 // Node connections speak RESP3 through proxy/resp: resp.Request encodes
 // the commands, resp.Reader decodes the replies with their exact types,

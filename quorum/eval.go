@@ -84,8 +84,10 @@ func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, at in
 		}
 	}
 	v, agreed := b.voteValue(vals, ok)
+	timeVote := false
 	if !agreed {
 		v, agreed = b.voteTime(vals, ok)
+		timeVote = agreed
 	}
 	// The longest TTL any node now has on these keys bounds what a node
 	// restarting now may forget (the restart quarantine), whether the
@@ -104,6 +106,22 @@ func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, at in
 	// reports.
 	late := agreed && shortest > 0 && elapsed+b.drift(shortest) >= shortest
 	undoAll = !agreed || late
+	if !undoAll && watch {
+		// A node that gave the agreed reply keeps what the script did
+		// there: the client hears that reply, so that node's state is the
+		// one it is told of. Only nodes that answered otherwise are undone
+		// (a key created on a minority, where the others said "held").
+		// Before, a key created on fewer than Q nodes was undone even on
+		// the nodes that voted for the agreed "acquired" — a reentrant
+		// acquire that found its own token on one node and created the
+		// key on another was told 1 and left holding one node of three
+		// (found by review; TestScriptAgreedKeepsAgreeingNodes).
+		for i := range created {
+			if ok[i] && (sameValue(vals[i], v) || timeVote && vals[i].Kind == backend.KindInt && vals[i].Int >= v.Int) {
+				created[i] = nil
+			}
+		}
+	}
 	switch {
 	case late:
 		return backend.Value{}, &backend.ReplyError{Reply: fmt.Sprintf(
@@ -198,16 +216,21 @@ func evalRequest(s backend.Script, keys []string, args [][]byte, ro, watch, eval
 	return r
 }
 
-// createdKeys lists the keys absent before the script (pre, an MGET reply)
-// and holding one of its arguments after it (post).
+// createdKeys lists the keys holding one of the script's arguments after
+// it (post, an MGET reply) that did not hold that value before it (pre):
+// absent before, or holding something else. "Something else" counts: the
+// reads around the script are not atomic with it, so another client's
+// token read before may have been released or expired before the script
+// ran and created the key (found by review: not counting it left a lock
+// the script took on a majority looking like a minority's).
 func createdKeys(keys []string, pre, post backend.Value, args [][]byte) map[string]string {
 	if len(pre.Elems) != len(keys) || len(post.Elems) != len(keys) {
 		return nil
 	}
 	var out map[string]string
 	for i, k := range keys {
-		after := post.Elems[i]
-		if pre.Elems[i].Kind != backend.KindNil || after.Kind != backend.KindBulk {
+		before, after := pre.Elems[i], post.Elems[i]
+		if after.Kind != backend.KindBulk || (before.Kind == backend.KindBulk && bytes.Equal(before.Str, after.Str)) {
 			continue
 		}
 		for _, a := range args {

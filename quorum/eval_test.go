@@ -308,3 +308,37 @@ func TestScriptExtendQuarantine(t *testing.T) {
 		t.Errorf("quarantine ended within 300ms; the extend's two minutes were not noted (quarantined: %v)", q)
 	}
 }
+
+// reentrantSrc is a reentrant acquire: it refreshes the key when it holds
+// ARGV[1] already, and takes it when it is absent.
+const reentrantSrc = `if redis.call("get",KEYS[1]) == ARGV[1] then redis.call("pexpire",KEYS[1],ARGV[2]) return 1 end if redis.call("set",KEYS[1],ARGV[1],"NX","PX",ARGV[2]) then return 1 end return 0`
+
+// TestScriptAgreedKeepsAgreeingNodes: a node that gave the agreed reply
+// keeps what the script did there. The reentrant acquire finds its own
+// token on node 0 (refreshed, not created), creates the key on node 1 and
+// finds another's on node 2: the nodes agree on 1, and the key must stay
+// the caller's on nodes 0 and 1. Before, a key created on fewer than Q
+// nodes was undone even where the node voted for the agreed 1: the client
+// was told 1 while holding one node of three (found by review). And a key
+// that held another client's token when it was read before the script,
+// and the caller's after it, counts as created: the other's lock ended in
+// between (released or expired), and the script took the key.
+func TestScriptAgreedKeepsAgreeingNodes(t *testing.T) {
+	nodes := startNodes(t, 3)
+	b := newBackend(t, addrsOf(nodes))
+	direct := directClients(t, nodes)
+	ctx := t.Context()
+	s := script(reentrantSrc)
+	args := [][]byte{[]byte("mine"), []byte("10000")}
+	direct[0].Set(ctx, "k", "mine", 0)
+	direct[2].Set(ctx, "k", "other", 0)
+	v, err := b.Eval(ctx, 0, s, []string{"k"}, args, false)
+	if err != nil || v.Int != 1 {
+		t.Fatalf("reentrant acquire = %+v, %v; want 1", v, err)
+	}
+	for i, want := range []string{"mine", "mine", "other"} {
+		if got, _ := direct[i].Get(ctx, "k").Result(); got != want {
+			t.Errorf("node %d holds %q; want %q (the agreed 1 must leave the caller two nodes)", i, got, want)
+		}
+	}
+}

@@ -204,11 +204,16 @@ func (lo *lop) end() {
 	case kindEval:
 		ql := lo.ql
 		v, err, created, count, undoAll := ql.b.evalOutcome(lo.keys, lo.args, lo.watch, lo.evalAt(), lo.replies, elapsed)
-		if undos := undoRequests(created, count, undoAll, ql.b.q); undos != nil {
-			ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) {})
+		unlock := lo.unlock
+		if unlock == nil {
+			unlock = func() {}
 		}
-		if lo.unlock != nil {
-			lo.unlock()
+		// The stripe is held until the undos have run, as on the stream
+		// path: this proxy's next script on these keys reads them after.
+		if undos := undoRequests(created, count, undoAll, ql.b.q); undos != nil {
+			ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) { unlock() })
+		} else {
+			unlock()
 		}
 		lo.evalDone(v, err)
 	default:
@@ -243,9 +248,9 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 // as on the stream path (doc.go: its reads before and after need one
 // order in this proxy), taken with TryLock: when another operation holds
 // it, the call goes to the stream path, which waits. The stripe is let go
-// once the keys it created on too few nodes have their undos queued on
-// this loop's connections: from then on pendingUndos keeps a retry of the
-// same token off those nodes, as it does for SET NX.
+// once the undos of the keys it created where they do not count have run
+// (meanwhile pendingUndos keeps a retry of the same token off those
+// nodes, as it does for SET NX).
 func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(backend.Value, error)) bool {
 	w, ok := ql.b.watchCached(s, keys, args, ro)
 	if !ok || !ql.usable(db) {

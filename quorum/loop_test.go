@@ -598,3 +598,31 @@ func TestLoopNewEvalOffLoop(t *testing.T) {
 		})
 	}
 }
+
+// The loop path decides scripts as the stream path does: a reentrant
+// acquire agreed on 1 keeps the key on every node that answered 1
+// (TestScriptAgreedKeepsAgreeingNodes is the stream path's).
+func TestLoopScriptAgreedKeepsAgreeingNodes(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
+	ctx := t.Context()
+	direct := directClients(t, nodes)
+	waitLoopReady(t, c, b)
+	script := redis.NewScript(reentrantSrc)
+	if n, err := script.Run(ctx, c, []string{"first"}, "t", 10000).Int(); n != 1 || err != nil {
+		t.Fatalf("first call (classifies) = %d, %v; want 1", n, err)
+	}
+	direct[0].Set(ctx, "k", "mine", 0)
+	direct[2].Set(ctx, "k", "other", 0)
+	onLoops(t, b, 1, func() {
+		if n, err := script.Run(ctx, c, []string{"k"}, "mine", 10000).Int(); n != 1 || err != nil {
+			t.Fatalf("reentrant acquire = %d, %v; want 1", n, err)
+		}
+	})
+	time.Sleep(100 * time.Millisecond) // an undo would go out before the reply, over the loop's own connection: give it time to land
+	for i, want := range []string{"mine", "mine", "other"} {
+		if got, _ := direct[i].Get(ctx, "k").Result(); got != want {
+			t.Errorf("node %d holds %q; want %q", i, got, want)
+		}
+	}
+}
