@@ -120,12 +120,24 @@ func (a *advisory) cover(ctx context.Context, deadline int64) error {
 // carrying the horizon if it is the first to see the incarnation), and holds back locking
 // until then (plus the drift allowance).
 func (a *advisory) quarantineAfter(ctx context.Context, conn *pgx.Conn) error {
+	// The horizon row first, then the mark, in cover's order: cover's
+	// upsert locks the row and only then fills the mark (its SET reads
+	// it), so a carry that filled the mark first and then waited for the
+	// row deadlocked against it (found by review, reproduced with a third
+	// session holding the row).
 	carry := fillMark(a.b.cfg.Schema) + `UPDATE ` + a.b.cfg.Schema + `.horizon SET carried_ms = GREATEST(carried_ms, horizon_ms) WHERE EXISTS (SELECT FROM mark)`
-	if _, err := conn.Exec(ctx, carry); err != nil {
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT FROM `+a.b.cfg.Schema+`.horizon FOR UPDATE`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, carry)
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	var left *int64
-	err := conn.QueryRow(ctx, `SELECT CASE WHEN pm_start = pg_postmaster_start_time() THEN carried_ms
+	err = conn.QueryRow(ctx, `SELECT CASE WHEN pm_start = pg_postmaster_start_time() THEN carried_ms
 			ELSE GREATEST(horizon_ms, carried_ms) END - `+pgNowMS+` FROM `+a.b.cfg.Schema+`.horizon`).Scan(&left)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (left == nil || *left <= 0)) {
 		return nil
