@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
 // HeldLocksCounter is implemented by a Backend that can count the live
@@ -106,9 +107,9 @@ func (m *lockMetrics) observe(name string, args [][]byte, v backend.Value) {
 		nx := false
 		for _, a := range args[3:] {
 			switch {
-			case foldEq(a, "nx"):
+			case keycmd.EqFold(a, "nx"):
 				nx = true
-			case foldEq(a, "get"):
+			case keycmd.EqFold(a, "get"):
 				return // SET … NX GET answers the old value: not an acquire reply
 			}
 		}
@@ -126,21 +127,4 @@ func (m *lockMetrics) observe(name string, args [][]byte, v backend.Value) {
 	default:
 		m.counts[outcomeAcquired].Add(1)
 	}
-}
-
-// foldEq reports whether b is the lower-case ASCII word w in any letter
-// case, as SET's parser (keycmd) reads its options.
-func foldEq(b []byte, w string) bool {
-	if len(b) != len(w) {
-		return false
-	}
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != w[i] {
-			return false
-		}
-	}
-	return true
 }

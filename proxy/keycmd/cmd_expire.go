@@ -16,13 +16,13 @@ func cmdExpire(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) 
 	var nx, xx, gt, lt bool
 	for _, opt := range args[3:] {
 		switch {
-		case eqFold(opt, "nx"):
+		case EqFold(opt, "nx"):
 			nx = true
-		case eqFold(opt, "xx"):
+		case EqFold(opt, "xx"):
 			xx = true
-		case eqFold(opt, "gt"):
+		case EqFold(opt, "gt"):
 			gt = true
-		case eqFold(opt, "lt"):
+		case EqFold(opt, "lt"):
 			lt = true
 		default:
 			return backend.Value{}, backend.Reply(backend.ErrUnsupportedOption(string(opt)))

@@ -60,9 +60,9 @@ func cmdDelEx(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (
 	}
 	var cond backend.Cond
 	switch {
-	case eqFold(args[2], "ifeq"):
+	case EqFold(args[2], "ifeq"):
 		cond = backend.IfEqual
-	case eqFold(args[2], "ifne"):
+	case EqFold(args[2], "ifne"):
 		cond = backend.IfNotEqual
 	default:
 		n, err := ks.Exists(ctx, db, []string{key})

@@ -52,21 +52,21 @@ func parseSet(args [][]byte) (setOpts, error) {
 		cond := func(c int) bool { return o.flags&(setConds&^c) == 0 }
 		exp := func(e int) bool { return o.flags&(setExpires&^e) == 0 && hasNext }
 		switch {
-		case eqFold(opt, "nx") && cond(setNX):
+		case EqFold(opt, "nx") && cond(setNX):
 			o.flags |= setNX
-		case eqFold(opt, "xx") && cond(setXX):
+		case EqFold(opt, "xx") && cond(setXX):
 			o.flags |= setXX
-		case eqFold(opt, "ifeq") && cond(setIFEQ) && hasNext:
+		case EqFold(opt, "ifeq") && cond(setIFEQ) && hasNext:
 			o.flags |= setIFEQ
 			o.match = args[j+1]
 			j++
-		case eqFold(opt, "ifne") && cond(setIFNE) && hasNext:
+		case EqFold(opt, "ifne") && cond(setIFNE) && hasNext:
 			o.flags |= setIFNE
 			o.match = args[j+1]
 			j++
-		case eqFold(opt, "get"):
+		case EqFold(opt, "get"):
 			o.flags |= setGET
-		case eqFold(opt, "keepttl") && o.flags&(setExpires&^setKEEPTTL) == 0:
+		case EqFold(opt, "keepttl") && o.flags&(setExpires&^setKEEPTTL) == 0:
 			o.flags |= setKEEPTTL
 		case expireFlag(opt) != 0 && exp(expireFlag(opt)):
 			o.flags |= expireFlag(opt)
@@ -83,13 +83,13 @@ func parseSet(args [][]byte) (setOpts, error) {
 // PXAT), or 0.
 func expireFlag(opt []byte) int {
 	switch {
-	case eqFold(opt, "ex"):
+	case EqFold(opt, "ex"):
 		return setEX
-	case eqFold(opt, "px"):
+	case EqFold(opt, "px"):
 		return setPX
-	case eqFold(opt, "exat"):
+	case EqFold(opt, "exat"):
 		return setEXAT
-	case eqFold(opt, "pxat"):
+	case EqFold(opt, "pxat"):
 		return setPXAT
 	}
 	return 0

@@ -65,8 +65,10 @@ func intArg(b []byte) (int64, error) {
 	return n, nil
 }
 
-// eqFold reports whether b equals the lower-case ASCII word w, ignoring case.
-func eqFold(b []byte, w string) bool {
+// EqFold reports whether b equals the lower-case ASCII word w, ignoring
+// case, without converting b (SET's options, and the proxy's counters of
+// them, read it this way).
+func EqFold(b []byte, w string) bool {
 	if len(b) != len(w) {
 		return false
 	}
