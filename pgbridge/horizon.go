@@ -117,8 +117,8 @@ func (a *advisory) cover(ctx context.Context, deadline int64) error {
 
 // quarantineAfter reads, on a new holder session, how long leases granted
 // under an earlier postmaster or incarnation may still be live (after
-// carrying the horizon if it is the first to see the incarnation), and holds back locking
-// until then (plus the drift allowance).
+// carrying the horizon if it is the first to see the incarnation), and
+// holds back locking until then (plus the drift allowance).
 func (a *advisory) quarantineAfter(ctx context.Context, conn *pgx.Conn) error {
 	// The horizon row first, then the mark, in cover's order: cover's
 	// upsert locks the row and only then fills the mark (its SET reads
