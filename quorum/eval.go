@@ -41,16 +41,8 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 // not know the script, and at is where the script's own reply is among a
 // node's replies.
 func evalPlan(s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch) (build func(eval bool) *req, again func(int, nodeReply) *req, at int) {
-	watch := w == watchKeys
-	build = func(eval bool) *req {
-		if w == watchTTLs {
-			return appendTTLs(evalRequest(s, keys, args, ro, false, eval), keys)
-		}
-		return evalRequest(s, keys, args, ro, watch, eval)
-	}
-	if watch {
-		at = 1
-	}
+	build = func(eval bool) *req { return scriptRequest(s, keys, args, ro, w, eval) }
+	at = scriptAt(w)
 	again = func(_ int, r nodeReply) *req {
 		if r.err == nil && len(r.vals) > at && noScript(r.vals[at]) {
 			return build(true)
@@ -58,6 +50,25 @@ func evalPlan(s backend.Script, keys []string, args [][]byte, ro bool, w scriptW
 		return nil
 	}
 	return build, again, at
+}
+
+// scriptRequest is a script call's request to each node under w: the
+// script, with the reads around it (watchKeys) or each key's PTTL after it
+// (watchTTLs).
+func scriptRequest(s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch, eval bool) *req {
+	if w == watchTTLs {
+		return appendTTLs(evalRequest(s, keys, args, ro, false, eval), keys)
+	}
+	return evalRequest(s, keys, args, ro, w == watchKeys, eval)
+}
+
+// scriptAt is where the script's own reply is among a node's replies
+// under w (after the MGET before it, when watched).
+func scriptAt(w scriptWatch) int {
+	if w == watchKeys {
+		return 1
+	}
+	return 0
 }
 
 // evalOutcome decides a script's reply from the nodes' replies, which

@@ -60,24 +60,6 @@ const (
 	kindEval                  // StartEval's script
 )
 
-// evalAt is where the script's own reply is among a node's replies
-// (evalPlan's at).
-func (lo *lop) evalAt() int {
-	if lo.watch == watchKeys {
-		return 1
-	}
-	return 0
-}
-
-// evalReq is the request of a kindEval operation (evalPlan's build).
-func (lo *lop) evalReq(eval bool) *req {
-	r := evalRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch == watchKeys, eval)
-	if lo.watch == watchTTLs {
-		appendTTLs(r, lo.keys)
-	}
-	return r
-}
-
 // run starts an operation on the loop, as fanout does on the streams;
 // decide is called on the loop with the replies, once, never from within
 // run.
@@ -151,8 +133,8 @@ func (lo *lop) progress() {
 	again := lo.again
 	if lo.kind == kindEval {
 		again = func(_ int, r nodeReply) *req { // only called within retries: no allocation
-			if at := lo.evalAt(); r.err == nil && len(r.vals) > at && noScript(r.vals[at]) {
-				return lo.evalReq(true)
+			if at := scriptAt(lo.watch); r.err == nil && len(r.vals) > at && noScript(r.vals[at]) {
+				return scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, true)
 			}
 			return nil
 		}
@@ -203,7 +185,7 @@ func (lo *lop) end() {
 		lo.setDone(res, err)
 	case kindEval:
 		ql := lo.ql
-		v, err, created, count, undoAll := ql.b.evalOutcome(lo.keys, lo.args, lo.watch, lo.evalAt(), lo.replies, elapsed)
+		v, err, created, count, undoAll := ql.b.evalOutcome(lo.keys, lo.args, lo.watch, scriptAt(lo.watch), lo.replies, elapsed)
 		unlock := lo.unlock
 		if unlock == nil {
 			unlock = func() {}
@@ -262,7 +244,7 @@ func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byt
 			return false
 		}
 	}
-	ql.runOp(lo, same(lo.evalReq(false)), deadline)
+	ql.runOp(lo, same(scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, false)), deadline)
 	return true
 }
 
