@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // TestCatalogMatchesLua runs each catalogued script natively and, with a

@@ -8,13 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/backend/model"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/model"
 	// keycmd's ScriptCaller runs a probe's redis.call on the model with
 	// the command table every backend uses. Layout decision: keycmd and
-	// model are leaves above proxy/backend (they import nothing else of
+	// model are leaves above backend (they import nothing else of
 	// lockproxy), so luascripts may use them without a cycle.
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
+	"github.com/lockproxy/lockproxy/keycmd"
 )
 
 // Class is what a script does to its keys, as Classify found it. The zero

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // BenchmarkClassify is the one-time cost of classifying a script (a cache

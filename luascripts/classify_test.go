@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // clientScript is one script of tests/testdata/scripts with the arguments

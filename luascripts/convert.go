@@ -3,7 +3,7 @@ package luascripts
 import (
 	lua "github.com/yuin/gopher-lua"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // toLua converts a command's reply to Lua as Redis does for the script's

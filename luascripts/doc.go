@@ -101,7 +101,7 @@
 // on neither; a call with more keys, or any doubt, is watched.
 //
 // The dynamic half runs the script, with the call's own KEYS and ARGV, on
-// the lock model (proxy/backend/model) at a stopped clock, in probe states
+// the lock model (backend/model) at a stopped clock, in probe states
 // per key (absent; holding each of the first ARGV; holding a foreign
 // token; with and without a TTL). It can only make the answer more
 // cautious: a probe that raises or meets an error, sends a command outside

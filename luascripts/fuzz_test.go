@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/backend/model"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/model"
 )
 
 // FuzzLuaToRESP runs arbitrary return expressions: whatever a script

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // echoCaller is a pure-logic stand-in for a backend: it answers a few

@@ -9,7 +9,7 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // RedisVersion is the version scripts see in redis.REDIS_VERSION.

@@ -6,10 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/model"
+	"github.com/lockproxy/lockproxy/keycmd"
 	"github.com/lockproxy/lockproxy/luascripts"
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/backend/model"
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
 const numShards = 64

@@ -10,10 +10,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/backendtest"
+	"github.com/lockproxy/lockproxy/backend/model"
 	"github.com/lockproxy/lockproxy/luascripts"
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/backend/backendtest"
-	"github.com/lockproxy/lockproxy/proxy/backend/model"
 )
 
 func TestConformance(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // TestExactlyOneWinner: a single store always has exactly one winner (the

@@ -3,7 +3,7 @@ package memory
 import (
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // Reaping follows Redis's active expiry: per tick, sample reapSample keys

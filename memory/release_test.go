@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/model"
 	"github.com/lockproxy/lockproxy/luascripts"
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/backend/model"
 )
 
 // The catalogued release scripts, and the same scripts with a statement

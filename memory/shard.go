@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/backend/model"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/model"
 )
 
 // How the store is locked; the rules themselves are package model's.

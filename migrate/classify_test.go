@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/luascripts"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // TestClassify runs every lock library script of tests/testdata/scripts on

@@ -101,7 +101,7 @@
 //     release one more; the legacy Redis must stay up for locks to be
 //     granted until the flag is removed.
 //
-// Layout decision: migrate imports proxy/keycmd (as quorum does) for
+// Layout decision: migrate imports keycmd (as quorum does) for
 // ScriptCaller, the proxy's command table for a running script; proxy never
 // imports migrate. The Backend does not claim backend.Immediate: its
 // operations wait on the legacy Redis.

@@ -11,11 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/migrate"
 	"github.com/lockproxy/lockproxy/proxy"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // rig is a migrating lockproxy over a memory backend: c talks to lockproxy,

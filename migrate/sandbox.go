@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // sandbox is a key space that starts empty and lives for one script run:

@@ -8,11 +8,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 	// keycmd's ScriptCaller runs a script's redis.call against the sandbox
 	// with the proxy's own command table (as quorum and memory do): the
 	// only way to learn what a script does without a table of SHA1s.
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
+	"github.com/lockproxy/lockproxy/keycmd"
 )
 
 // plan is what a script does from an empty key space: the keys it would

@@ -46,7 +46,7 @@
 //     that does the same, lease.go); locks survive restarts of lockproxy, at
 //     the price of a durable write per operation.
 //
-// Semantics come from package model (proxy/backend/model), whose rules the
+// Semantics come from package model (backend/model), whose rules the
 // memory backend follows too: an operation locks its keys' stripes in this
 // process, the strategy prepares the keys (advisory locks or transaction
 // locks) and hands over their states, the operation or script runs on a

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/backend/model"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/model"
 )
 
 // How an operation runs: its keys' stripes are locked, the strategy

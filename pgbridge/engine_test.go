@@ -3,10 +3,10 @@ package pgbridge_test
 import (
 	"testing"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/pgbridge"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // TestEngineRound covers what a round adds to the model (engine.go): a

@@ -1,6 +1,6 @@
 package pgbridge
 
-import "github.com/lockproxy/lockproxy/proxy/backend"
+import "github.com/lockproxy/lockproxy/backend"
 
 // EvalFast runs the strategy's script fast path alone: done is false when
 // the script would take the general path.

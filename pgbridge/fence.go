@@ -3,7 +3,7 @@ package pgbridge
 import (
 	"fmt"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // Fences (advisory strategy). A holder session that ends takes its

@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/pgbridge"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 const (

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/luascripts"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // leaseStore is the lease strategy: the lease table is the truth and

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/pgbridge"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // TestOutageLogged: while PostgreSQL is down, each strategy logs the

@@ -13,10 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/backendtest"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/pgbridge"
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/backend/backendtest"
 )
 
 // rowDelay is the Config.LeaseRowDelay of the tests that do not set their

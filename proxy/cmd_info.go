@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/keycmd"
 	"github.com/lockproxy/lockproxy/luascripts"
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
 // cmdInfo answers INFO [section ...] with the fields clients read

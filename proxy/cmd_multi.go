@@ -3,9 +3,9 @@ package proxy
 import (
 	"strconv"
 
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/keycmd"
 	"github.com/lockproxy/lockproxy/luascripts"
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
 func cmdMulti(cl *client, args [][]byte) backend.Value {

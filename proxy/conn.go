@@ -12,8 +12,8 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/keycmd"
 )
 
 // client is one connection's state, on either front end. Only the one

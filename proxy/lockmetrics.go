@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/keycmd"
 )
 
 // HeldLocksCounter is implemented by a Backend that can count the live

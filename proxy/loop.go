@@ -9,7 +9,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"github.com/tidwall/redcon"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // The event-loop front end (Config.DataPath "loops"): a few gnet event

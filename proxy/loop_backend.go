@@ -12,9 +12,9 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/keycmd"
 	"github.com/lockproxy/lockproxy/luascripts"
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/keycmd"
 )
 
 // Commands started on the event loop (backend.Looper; the quorum backend

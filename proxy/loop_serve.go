@@ -8,7 +8,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // serveLoops is Serve on the event-loop front end. Accepting stays a

@@ -1,8 +1,8 @@
 package proxy
 
 import (
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/resp"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/resp"
 )
 
 // appendValue renders v in RESP3 or RESP2 and appends it to b: the

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/luascripts"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // scriptWatch is what a script call sends each node besides the script.

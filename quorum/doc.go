@@ -89,7 +89,7 @@
 //     keeps what the script did there, and only the nodes that answered
 //     otherwise have the keys it created undone (eval.go evalOutcome).
 //
-// Node connections speak RESP3 through proxy/resp: resp.Request encodes
+// Node connections speak RESP3 through resp: resp.Request encodes
 // the commands, resp.Reader decodes the replies with their exact types,
 // and a reply that is not RESP ends the connection (resp.ErrProtocol).
 package quorum

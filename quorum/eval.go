@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // Eval implements backend.Backend: the script runs on every node (EVALSHA,

@@ -4,7 +4,7 @@ import (
 	"maps"
 	"testing"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // createdKeys counts a key as created by the script when it holds one of

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // TestFailedScriptAcquireIsUndone runs node redlock 5's real acquire script

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/resp"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/resp"
 )
 
 // nodeReply is one node's answer to an operation: its replies, in order,

@@ -5,7 +5,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // queueLoop is a backend.Loop whose Execute queues; the test runs the

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/resp"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/resp"
 )
 
 // lnode is one loop's connection to one database of one node: the loop

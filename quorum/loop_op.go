@@ -3,7 +3,7 @@ package quorum
 import (
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // lop is one operation on the loop path: fanout's state machine, fed by

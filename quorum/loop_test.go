@@ -13,9 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/proxy"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // TestNaNDoubleReply: Redis 7 sends a script's {double=0/0} to a RESP3

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/resp"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/resp"
 )
 
 // setScript is SET with every condition of the model, run on each node so

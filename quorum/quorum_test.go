@@ -15,9 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/backendtest"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/backend/backendtest"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 

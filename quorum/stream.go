@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
-	"github.com/lockproxy/lockproxy/proxy/resp"
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/resp"
 )
 
 // stream is the proxy's one connection to one database of one node,

@@ -17,11 +17,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/lockcheck"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/pgbridge"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 

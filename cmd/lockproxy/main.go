@@ -21,11 +21,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/migrate"
 	"github.com/lockproxy/lockproxy/proxy"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 

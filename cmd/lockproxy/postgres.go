@@ -8,9 +8,9 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/pgbridge"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 )
 
 // newPostgres connects the postgres backend. It fails at start when the

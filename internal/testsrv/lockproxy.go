@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/migrate"
 	"github.com/lockproxy/lockproxy/pgbridge"
 	"github.com/lockproxy/lockproxy/proxy"
-	"github.com/lockproxy/lockproxy/proxy/backend"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 

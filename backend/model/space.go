@@ -3,7 +3,7 @@ package model
 import (
 	"bytes"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // Entry is one key's token and deadline.

@@ -3,7 +3,7 @@ package resp
 import (
 	"io"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // Reader decodes replies from an io.Reader, for a goroutine that owns a

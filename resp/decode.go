@@ -6,7 +6,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // ErrProtocol is a reply that is not RESP, or breaks a limit: the stream

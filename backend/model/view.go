@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // View is a backend.KeySpace over one or several Spaces at a stopped clock:

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // ScriptCaller runs the redis.call and redis.pcall of one running script

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 func testSetGet(t *testing.T, b backend.Backend, k func(string) string) {

@@ -2,7 +2,7 @@
 // space of backend.Databases databases, each mapping a key to a token and a
 // deadline, and the rules every command and every redis.call of a script
 // follows on it. It is a leaf: it imports the standard library and
-// proxy/backend only, does no I/O, starts no goroutine and takes no lock.
+// backend only, does no I/O, starts no goroutine and takes no lock.
 // Its callers supply the exclusion and the clock:
 //
 //   - memory keeps one Space per shard behind the shard's mutex, and runs

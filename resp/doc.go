@@ -2,9 +2,9 @@
 // writes to clients, the requests quorum writes to its nodes, the replies
 // quorum reads back from them, and the integer and length parsing the
 // front end's request framing (proxy/limits.go) shares with the reply
-// decoder. It is a leaf: it imports the standard library, proxy/backend
+// decoder. It is a leaf: it imports the standard library, backend
 // (Value is what it encodes and decodes) and redcon, nothing else of ours.
-// It sits beside proxy/backend for the same reason: the front end and the
+// It sits beside backend for the same reason: the front end and the
 // backends (quorum, luascripts' number formatting) both import it, and
 // neither may import the other.
 //

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // now is the stopped clock of every test: Unix milliseconds.

@@ -3,7 +3,7 @@ package keycmd
 import (
 	"context"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 func cmdGet(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (backend.Value, error) {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // Databases is the number of databases SELECT may choose from

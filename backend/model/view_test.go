@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // TestViewClock: a View judges expiry and counts relative expiries by its

@@ -6,7 +6,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // AppendValue renders v in RESP3 or RESP2 and appends it to b, as Redis

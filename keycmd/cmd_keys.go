@@ -3,7 +3,7 @@ package keycmd
 import (
 	"context"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // cmdDel is DEL and UNLINK (the same thing for string keys).

@@ -6,11 +6,11 @@
 // redis-server), so that whoever runs commands on a backend's behalf — EXEC
 // above all — can declare every key they touch.
 //
-// It sits just above proxy/backend and imports nothing else of lockproxy, so
+// It sits just above backend and imports nothing else of lockproxy, so
 // that the RESP front end (client commands) and the backends (redis.call from
 // a running script, through ScriptCaller) share one definition of every
 // command. Layout decision: STYLE.md's dependency rule lets backends import
-// only proxy/backend and luascripts; a command table both sides need belongs
+// only backend and luascripts; a command table both sides need belongs
 // in a leaf like this one rather than being written twice.
 //
 // Everything here is safe for concurrent use: the command table is read-only

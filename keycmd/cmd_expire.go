@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // cmdExpire is EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT key t [NX|XX|GT|LT],

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 const releaseSrc = `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`

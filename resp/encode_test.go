@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/lockproxy/lockproxy/proxy/backend"
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // The bytes Redis 7 sends for each kind, RESP2 and RESP3 (tests/resp_test.go
