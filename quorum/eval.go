@@ -30,10 +30,81 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	build, again, at := evalPlan(s, keys, args, ro, w)
 	defer b.lockKeys(keys...)()
 	start := time.Now()
-	replies := b.fanout(ctx, db, same(build(false)), again)
+	o, replies := b.fanoutUntil(ctx, db, same(build(false)), again, func(r []nodeReply) bool { return b.evalCertain(r, at) })
 	v, err, created, count, undoAll := b.evalOutcome(keys, args, w, at, replies, time.Since(start))
 	b.undoCreated(ctx, db, created, count, undoAll)
+	if o.awaitsLate() {
+		o.onLate(func(i int, vals []backend.Value, lerr error) {
+			if c := lateCreated(keys, args, w, v, undoAll || err != nil, vals, lerr); c != nil {
+				b.late.Go(func() { b.undoCreatedOn(context.WithoutCancel(ctx), db, i, c) })
+			}
+		})
+	}
 	return v, err
+}
+
+// evalCertain reports whether a script's replies so far decide its reply:
+// Q nodes gave the same one. The nodes still to answer cannot change it;
+// what they did is judged when they answer (lateCreated). Replies that
+// would only settle by time (voteTime) wait for every node: a value
+// majority may still form (a release's 1, 0, 1).
+func (b *Backend) evalCertain(replies []nodeReply, at int) bool {
+	var buf [inlineNodes]backend.Value
+	var okBuf [inlineNodes]bool
+	vals, ok := buf[:0], okBuf[:0]
+	if len(replies) > inlineNodes {
+		vals, ok = make([]backend.Value, 0, len(replies)), make([]bool, 0, len(replies))
+	}
+	for _, r := range replies {
+		good := r.done && r.err == nil && len(r.vals) > at
+		var v backend.Value
+		if good {
+			v = r.vals[at]
+		}
+		vals, ok = append(vals, v), append(ok, good)
+	}
+	_, agreed := b.voteValue(vals, ok)
+	return agreed
+}
+
+// lateCreated returns the keys a script created on a node whose reply came
+// after the vote ended, when they are to be removed: every key it created
+// there, unless its reply is the one the client was told (told, and the
+// vote did not fail). A node that never answers (err) is left alone, as a
+// late SET is (lateWrote).
+func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value, failed bool, vals []backend.Value, err error) map[string]string {
+	if w != watchKeys || err != nil || len(vals) != 3+len(keys) {
+		return nil
+	}
+	c := createdKeys(keys, vals[0], vals[2], args)
+	if len(c) == 0 || (!failed && sameValue(vals[1], told)) {
+		return nil
+	}
+	return c
+}
+
+// undoCreatedOn removes the keys in c from node i where they still hold
+// the values in c (owner-checked deletes).
+func (b *Backend) undoCreatedOn(ctx context.Context, db, i int, c map[string]string) {
+	r := undoCreatedRequest(c)
+	b.fanout(ctx, db, func(j int) *req {
+		if j == i {
+			return r
+		}
+		return nil
+	}, nil)
+}
+
+// undoCreatedRequest is the owner-checked deletes of the keys in c (key →
+// the value the script wrote).
+func undoCreatedRequest(c map[string]string) *req {
+	r := &req{}
+	for k, tok := range c {
+		// Rare: EVAL, not worth a NOSCRIPT round.
+		runScript(&r.cmds, delIfScript, true, []string{k}, []byte(tok), []byte("eq"))
+		r.undo = append(r.undo, undoRec{key: k, token: tok})
+	}
+	return r
 }
 
 // evalPlan is how a script is sent under w: build makes each node's
@@ -95,10 +166,20 @@ func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, at in
 		}
 	}
 	v, agreed := b.voteValue(vals, ok)
-	timeVote := false
 	if !agreed {
-		v, agreed = b.voteTime(vals, ok)
-		timeVote = agreed
+		// Replies that differ only by when each node ran the script (a
+		// PTTL) may settle by time, but only among nodes where the script
+		// created nothing: a node that acquired did something else than
+		// one that refused, whatever their replies read as numbers (an
+		// acquire's 1 beside a refusal's 0 is not "0 or a little later").
+		tv := ok
+		if watch {
+			tv = make([]bool, len(ok))
+			for i := range ok {
+				tv[i] = ok[i] && len(created[i]) == 0
+			}
+		}
+		v, agreed = b.voteTime(vals, tv)
 	}
 	// The longest TTL any node now has on these keys bounds what a node
 	// restarting now may forget (the restart quarantine), whether the
@@ -120,15 +201,11 @@ func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, at in
 	if !undoAll && watch {
 		// A node that gave the agreed reply keeps what the script did
 		// there: the client hears that reply, so that node's state is the
-		// one it is told of. Only nodes that answered otherwise are undone
-		// (a key created on a minority, where the others said "held").
-		// Before, a key created on fewer than Q nodes was undone even on
-		// the nodes that voted for the agreed "acquired" — a reentrant
-		// acquire that found its own token on one node and created the
-		// key on another was told 1 and left holding one node of three
-		// (found by review; TestScriptAgreedKeepsAgreeingNodes).
+		// one it is told of. Only nodes that answered otherwise have the
+		// keys they created undone (a key created on a minority, where the
+		// others said "held"); a node in a time vote created nothing.
 		for i := range created {
-			if ok[i] && (sameValue(vals[i], v) || timeVote && vals[i].Kind == backend.KindInt && vals[i].Int >= v.Int) {
+			if ok[i] && sameValue(vals[i], v) {
 				created[i] = nil
 			}
 		}

@@ -2,7 +2,9 @@ package quorum
 
 import (
 	"maps"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
 )
@@ -31,5 +33,69 @@ func TestCreatedKeys(t *testing.T) {
 	want := map[string]string{"absent": "mine", "taken-over": "mine"}
 	if !maps.Equal(got, want) {
 		t.Fatalf("createdKeys = %v; want %v", got, want)
+	}
+}
+
+// okReply and nilReply are a node's replies to a plain SET NX.
+func okReply() nodeReply {
+	return nodeReply{vals: []backend.Value{{Kind: backend.KindStatus, Str: []byte("OK")}}, done: true}
+}
+func nilReply() nodeReply {
+	return nodeReply{vals: []backend.Value{{Kind: backend.KindNil}}, done: true}
+}
+
+// A refused acquire undoes its token only where a node wrote it, never on
+// a node that refused: with values that are not unique (npm redis-lock's
+// deadline, a bare "1") the key a refusing node holds is another holder's
+// lock with the same bytes. A node whose reply no longer counts (it was
+// quarantined meanwhile) still reports that it wrote, and is undone.
+func TestSetOutcomeUndoesOnlyWrites(t *testing.T) {
+	b := &Backend{q: 2, nodes: []*node{{addr: "a"}, {addr: "b"}, {addr: "c"}}, cfg: Config{}.withDefaults()}
+	acquire := backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Minute}}
+	quarantinedOK := okReply()
+	quarantinedOK.err = errQuarantined
+	for _, c := range []struct {
+		name    string
+		replies []nodeReply
+		written bool
+		undo    []bool
+	}{
+		{"refused by a majority", []nodeReply{nilReply(), nilReply(), nilReply()}, false, nil},
+		{"refused, one wrote", []nodeReply{okReply(), nilReply(), nilReply()}, false, []bool{true, false, false}},
+		{"granted", []nodeReply{okReply(), okReply(), nilReply()}, true, nil},
+		{"refused, quarantined node wrote", []nodeReply{quarantinedOK, nilReply(), nilReply()}, false, []bool{true, false, false}},
+	} {
+		res, err, undo := b.setOutcome(acquire, true, "px", time.Minute, c.replies, time.Millisecond)
+		if err != nil || res.Written != c.written || !slices.Equal(undo, c.undo) {
+			t.Errorf("%s: setOutcome = %v, %v, undo %v; want written %v, undo %v", c.name, res, err, undo, c.written, c.undo)
+		}
+	}
+}
+
+// An acquiring script that created its key on one node while another
+// refused did two different things: its 1 and the other's 0 are not "the
+// same reply a little later" (voteTime), so with the third node down there
+// is no agreement, and the key it created is undone. Before, the time
+// vote settled on 0 and kept the created key for its whole TTL: contended
+// acquisitions by script fell to a tenth with one node down.
+func TestEvalOutcomeCreatedNodeIsNotTimeVoted(t *testing.T) {
+	b := &Backend{q: 2, nodes: []*node{{addr: "a"}, {addr: "b"}, {addr: "c"}}, cfg: Config{}.withDefaults()}
+	keys := []string{"k"}
+	args := [][]byte{[]byte("tok"), []byte("5000")}
+	bulk := func(s string) backend.Value { return backend.Value{Kind: backend.KindBulk, Str: []byte(s)} }
+	arr := func(v backend.Value) backend.Value {
+		return backend.Value{Kind: backend.KindArray, Elems: []backend.Value{v}}
+	}
+	nilv := backend.Value{Kind: backend.KindNil}
+	created := nodeReply{vals: []backend.Value{arr(nilv), backend.Int(1), arr(bulk("tok")), backend.Int(5000)}, done: true}
+	refused := nodeReply{vals: []backend.Value{arr(bulk("other")), backend.Int(0), arr(bulk("other")), backend.Int(4000)}, done: true}
+	down := nodeReply{err: errNodeTimeout, done: true}
+	_, err, c, count, undoAll := b.evalOutcome(keys, args, watchKeys, 1, []nodeReply{created, refused, down}, time.Millisecond)
+	if err == nil {
+		t.Fatalf("1 from one node, 0 from another, third down: no error; want TRYAGAIN")
+	}
+	reqs := undoRequests(c, count, undoAll, b.q)
+	if reqs == nil || reqs[0] == nil || reqs[1] != nil {
+		t.Fatalf("undo requests = %v; want node 0's created key undone, node 1 untouched", reqs)
 	}
 }

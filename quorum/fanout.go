@@ -1,10 +1,12 @@
 package quorum
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,14 +45,47 @@ type op struct {
 	left    int
 	closed  bool
 	wake    chan struct{}
-	onLast  *lop // instead of wake, on an event loop (loop_op.go): its progress runs when the last reply is in (a pointer, not a func: a method value would cost an allocation per operation)
+	onLast  *lop // instead of wake, on an event loop (loop_op.go): its progress runs after each reply (a pointer, not a func: a method value would cost an allocation per operation)
+	eager   bool // wake the waiter at every reply, not only the last (fanoutUntil)
+
+	// Replies that come after the operation ended (its outcome was
+	// certain before every node answered, or its deadline passed) for a
+	// node it had sent a call to: lateWait marks those nodes, late (set by
+	// onLate once the outcome is known) is told each such reply, and
+	// lateBuf keeps those that came before late was set.
+	lateWait []bool
+	late     func(node int, vals []backend.Value, err error)
+	lateBuf  []lateReply
 }
 
-// deliver records node's reply; after the operation stopped waiting, and
-// for a node that already answered, it is dropped.
+type lateReply struct {
+	node int
+	vals []backend.Value
+	err  error
+}
+
+// deliver records node's reply; after the operation ended it goes to the
+// late handler (onLate) when the node was still awaited, and for a node
+// that already answered it is dropped.
 func (o *op) deliver(node int, vals []backend.Value, err error) {
 	o.mu.Lock()
-	if o.closed || o.replies[node].done {
+	if o.closed {
+		if node >= len(o.lateWait) || !o.lateWait[node] {
+			o.mu.Unlock()
+			return
+		}
+		o.lateWait[node] = false
+		h := o.late
+		if h == nil {
+			o.lateBuf = append(o.lateBuf, lateReply{node: node, vals: cloneValues(vals), err: err})
+		}
+		o.mu.Unlock()
+		if h != nil {
+			h(node, vals, err)
+		}
+		return
+	}
+	if o.replies[node].done {
 		o.mu.Unlock()
 		return
 	}
@@ -67,11 +102,11 @@ func (o *op) deliver(node int, vals []backend.Value, err error) {
 	o.left--
 	last := o.left == 0
 	o.mu.Unlock()
-	if last && o.onLast != nil {
+	if o.onLast != nil {
 		o.onLast.progress()
 		return
 	}
-	if last {
+	if last || o.eager {
 		select {
 		case o.wake <- struct{}{}:
 		default:
@@ -93,8 +128,18 @@ var (
 // again returns a request for a node's reply (a script the node did not
 // know), it is sent to that node and waited for within the same deadline.
 func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, again func(i int, r nodeReply) *req) []nodeReply {
+	_, replies := b.fanoutUntil(ctx, db, reqFor, again, nil)
+	return replies
+}
+
+// fanoutUntil is fanout that stops waiting as soon as certain says the
+// replies so far decide the outcome (a majority agreed): a node that is
+// slow or paused then costs nothing. The nodes not heard from by then are
+// not done in the replies returned, and their replies come to the
+// returned op's late handler (op.onLate), which the caller must set.
+func (b *Backend) fanoutUntil(ctx context.Context, db int, reqFor func(i int) *req, again func(i int, r nodeReply) *req, certain func([]nodeReply) bool) (*op, []nodeReply) {
 	n := len(b.nodes)
-	o := &op{replies: make([]nodeReply, n), calls: make([]*call, n), left: n, wake: make(chan struct{}, 1)}
+	o := &op{replies: make([]nodeReply, n), calls: make([]*call, n), left: n, wake: make(chan struct{}, 1), eager: certain != nil}
 	send := func(i int, r *req) {
 		s := b.nodes[i].stream(db, &b.cfg)
 		if b.pending.blocks(s, i, db, r.writes) {
@@ -116,22 +161,56 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 		case <-o.wake:
 		case <-timer.C:
 			o.stop(errNodeTimeout, true)
-			return o.replies
+			return o, o.replies
 		case <-ctx.Done():
 			o.stop(ctx.Err(), false)
-			return o.replies
+			return o, o.replies
 		}
-		if again == nil {
-			return o.replies
+		if again != nil {
+			retry, reqs := o.retries(again, &retried)
+			for k, i := range retry {
+				send(i, reqs[k])
+			}
 		}
-		retry, reqs := o.retries(again, &retried)
-		if len(retry) == 0 {
-			return o.replies
+		o.mu.Lock()
+		all := o.left == 0
+		o.mu.Unlock()
+		if all {
+			o.mu.Lock()
+			o.closed = true
+			o.mu.Unlock()
+			return o, o.replies
 		}
-		for k, i := range retry {
-			send(i, reqs[k])
+		if certain != nil {
+			if snap := o.snapshot(); certain(snap) {
+				// Replies that came since the snapshot only add to a
+				// certain outcome; the one closed on is what decides.
+				snap = o.closeEarly()
+				// A deadline still tells the connections of the nodes not
+				// heard from that they are overdue.
+				b.overdueLater(o)
+				return o, snap
+			}
 		}
 	}
+}
+
+// overdueLater tells the connections of o's calls still unanswered one
+// node timeout after now that they are overdue, as a deadline would have.
+func (b *Backend) overdueLater(o *op) {
+	time.AfterFunc(b.cfg.NodeTimeout, func() {
+		o.mu.Lock()
+		var late []*call
+		for i, r := range o.replies {
+			if !r.done && o.calls[i] != nil && o.lateWait != nil && o.lateWait[i] {
+				late = append(late, o.calls[i])
+			}
+		}
+		o.mu.Unlock()
+		for _, cl := range late {
+			cl.c.overdue(cl)
+		}
+	})
 }
 
 // dispatch sends each node its request (reqFor; nil sends nothing) through
@@ -197,7 +276,7 @@ func (o *op) dropQuarantined(b *Backend) {
 	defer o.mu.Unlock()
 	for i, r := range o.replies {
 		if o.calls[i] != nil && !r.failed() && b.health[i].quarantinedAt(now) {
-			o.replies[i] = nodeReply{err: errQuarantined, done: true}
+			o.replies[i] = nodeReply{vals: r.vals, err: errQuarantined, done: true} // vals: what it did, for the undo
 		}
 	}
 }
@@ -217,6 +296,7 @@ func (b *Backend) countFailures(replies []nodeReply) {
 // node timeout ran out, their streams hear that they are overdue.
 func (o *op) stop(err error, timedOut bool) {
 	o.mu.Lock()
+	wasClosed := o.closed
 	o.closed = true
 	var late []*call
 	for i := range o.replies {
@@ -224,6 +304,9 @@ func (o *op) stop(err error, timedOut bool) {
 			o.replies[i] = nodeReply{err: err, done: true}
 			if o.calls[i] != nil {
 				late = append(late, o.calls[i])
+				if !wasClosed {
+					o.markLate(i)
+				}
 			}
 		}
 	}
@@ -233,6 +316,77 @@ func (o *op) stop(err error, timedOut bool) {
 			cl.c.overdue(cl)
 		}
 	}
+}
+
+// closeEarly ends the wait before every node answered, because the
+// outcome is already certain, and returns the replies it ended with: the nodes not heard from are awaited as late
+// replies (onLate) and keep their place (not done) so that a deadline
+// that falls later can still tell their connections they are overdue.
+func (o *op) closeEarly() []nodeReply {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+	for i := range o.replies {
+		if !o.replies[i].done && o.calls[i] != nil {
+			o.markLate(i)
+		}
+	}
+	return slices.Clone(o.replies)
+}
+
+// markLate awaits node i's reply after the end. Under o.mu.
+func (o *op) markLate(i int) {
+	if o.lateWait == nil {
+		o.lateWait = make([]bool, len(o.replies))
+	}
+	o.lateWait[i] = true
+}
+
+// awaitsLate reports whether a node's reply may still come after the end,
+// or came after it already.
+func (o *op) awaitsLate() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Contains(o.lateWait, true) || len(o.lateBuf) > 0
+}
+
+// onLate sets what is done with replies that arrive after the end, once
+// the outcome they are judged against is known, and runs it for those
+// that came already. h runs where the reply is delivered: on the node's
+// event loop, or on a stream's reader goroutine, which it must not block.
+func (o *op) onLate(h func(node int, vals []backend.Value, err error)) {
+	o.mu.Lock()
+	o.late = h
+	buf := o.lateBuf
+	o.lateBuf = nil
+	o.mu.Unlock()
+	for _, r := range buf {
+		h(r.node, r.vals, r.err)
+	}
+}
+
+// snapshot copies the replies so far (for a waiter that decides while
+// readers still deliver).
+func (o *op) snapshot() []nodeReply {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.replies)
+}
+
+func cloneValues(vs []backend.Value) []backend.Value {
+	out := make([]backend.Value, len(vs))
+	for i, v := range vs {
+		out[i] = cloneValue(v)
+	}
+	return out
+}
+
+func cloneValue(v backend.Value) backend.Value {
+	v.Str = bytes.Clone(v.Str)
+	if v.Elems != nil {
+		v.Elems = cloneValues(v.Elems)
+	}
+	return v
 }
 
 // nodeScript is one of the proxy's own scripts, run on the nodes by

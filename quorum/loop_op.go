@@ -21,6 +21,8 @@ type lop struct {
 	sentAt  time.Time // when the calls being sent are sent: start, or a retry's time (one clock read per batch)
 	sending bool      // inside dispatch or a retry: a reply delivered now is looked at afterwards
 	ended   bool
+	early   bool                                             // ended before every node answered: the rest are late replies
+	unlock  func()                                           // an acquiring script's key stripes (tryLockKeys), or nil
 	decide  func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
 
 	// The lock path's own operations keep what decides them here rather
@@ -38,7 +40,6 @@ type lop struct {
 	args     [][]byte
 	ro       bool
 	watch    scriptWatch
-	unlock   func() // an acquiring script's key stripes (tryLockKeys), or nil
 	evalDone func(backend.Value, error)
 
 	// Storage for the common case (up to inlineNodes nodes, one command
@@ -123,9 +124,10 @@ func (lo *lop) answered() bool {
 	return lo.left == 0
 }
 
-// progress runs when every node has answered: a node that did not know a
-// script is asked again with its source (within the same deadline), and
-// otherwise the operation ends.
+// progress runs after each node's reply: a node that did not know a
+// script is asked again with its source (within the same deadline); the
+// operation ends when every node has answered, or as soon as the replies
+// so far decide it (certain), so that a slow or paused node costs nothing.
 func (lo *lop) progress() {
 	if lo.sending || lo.ended {
 		return
@@ -150,37 +152,84 @@ func (lo *lop) progress() {
 			lo.send(i, reqs[k])
 		}
 		lo.sending = false
-		if !lo.answered() {
-			return
-		}
 	}
-	lo.end()
+	switch {
+	case lo.answered():
+		lo.end()
+	case lo.certain():
+		lo.early = true
+		lo.end()
+	}
+}
+
+// certain reports whether the replies so far decide the operation (the
+// lock path's own: an acquire, a script).
+func (lo *lop) certain() bool {
+	switch lo.kind {
+	case kindSet:
+		return lo.ql.b.setCertain(lo.replies, true)
+	case kindEval:
+		return lo.ql.b.evalCertain(lo.replies, scriptAt(lo.watch))
+	}
+	return false
 }
 
 // expire is the deadline: the nodes that have not answered count as timed
-// out (and their connections hear that they are overdue).
+// out (and their connections hear that they are overdue). After an early
+// end, only the connections hear it.
 func (lo *lop) expire() {
 	if lo.ended {
+		if lo.early {
+			lo.overdueLate()
+		}
 		return
 	}
 	lo.stop(errNodeTimeout, true)
 	lo.end()
 }
 
+// overdueLate tells the connections of the calls still awaited after an
+// early end that they are overdue.
+func (lo *lop) overdueLate() {
+	for i, w := range lo.lateWait {
+		if w && lo.calls[i] != nil {
+			lo.calls[i].c.overdue(lo.calls[i])
+		}
+	}
+}
+
 func (lo *lop) end() {
 	lo.ended = true
-	lo.mu.Lock()
-	lo.closed = true
-	lo.mu.Unlock()
+	if lo.early {
+		lo.closeEarly()
+	} else {
+		lo.mu.Lock()
+		lo.closed = true
+		lo.mu.Unlock()
+	}
 	lo.ql.b.settle(&lo.op)
 	elapsed := time.Since(lo.start)
 	switch lo.kind {
 	case kindSet:
 		ql := lo.ql
 		res, err, undo := ql.b.setOutcome(lo.setOpt, true, lo.mode, lo.ttl, lo.replies, elapsed)
-		if undo {
+		if undo != nil {
 			ur, uagain := undoRequest(lo.key, lo.token)
-			ql.run(lo.db, same(ur), uagain, time.Time{}, func([]nodeReply, time.Duration) {})
+			ql.run(lo.db, func(i int) *req {
+				if undo[i] {
+					return ur
+				}
+				return nil
+			}, uagain, time.Time{}, func([]nodeReply, time.Duration) {})
+		}
+		if lo.lateWait != nil {
+			granted := err == nil && res.Written
+			lo.onLate(func(i int, vals []backend.Value, err error) {
+				if lateWrote(granted, vals, err, true) {
+					ur, uagain := undoRequest(lo.key, lo.token)
+					ql.run(lo.db, only(i, ur), uagain, time.Time{}, func([]nodeReply, time.Duration) {})
+				}
+			})
 		}
 		lo.setDone(res, err)
 	case kindEval:
@@ -197,9 +246,27 @@ func (lo *lop) end() {
 		} else {
 			unlock()
 		}
+		if lo.lateWait != nil {
+			failed := undoAll || err != nil
+			lo.onLate(func(i int, vals []backend.Value, lerr error) {
+				if c := lateCreated(lo.keys, lo.args, lo.watch, v, failed, vals, lerr); c != nil {
+					ql.run(lo.db, only(i, undoCreatedRequest(c)), nil, time.Time{}, func([]nodeReply, time.Duration) {})
+				}
+			})
+		}
 		lo.evalDone(v, err)
 	default:
 		lo.decide(lo.replies, elapsed)
+	}
+}
+
+// only sends r to node i alone.
+func only(i int, r *req) func(int) *req {
+	return func(j int) *req {
+		if j == i {
+			return r
+		}
+		return nil
 	}
 }
 

@@ -125,18 +125,57 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	r, again := setRequest(key, token, o, plain, mode, val)
 	defer b.lockKeys(key)()
 	start := time.Now()
-	replies := b.fanout(ctx, db, same(r), again)
+	var certain func([]nodeReply) bool
+	if o.Cond == backend.IfAbsent && !o.Get {
+		certain = func(replies []nodeReply) bool { return b.setCertain(replies, plain) }
+	}
+	op, replies := b.fanoutUntil(ctx, db, same(r), again, certain)
 	res, err, undo := b.setOutcome(o, plain, mode, ttl, replies, time.Since(start))
-	if undo {
-		b.undo(ctx, db, key, token)
+	if o.Cond == backend.IfAbsent {
+		b.undoWrites(ctx, db, key, token, undo)
+		granted := err == nil && res.Written
+		if op.awaitsLate() {
+			op.onLate(func(i int, vals []backend.Value, err error) {
+				if lateWrote(granted, vals, err, plain) {
+					b.undoLate(ctx, db, i, key, token)
+				}
+			})
+		}
 	}
 	return res, err
 }
 
+// setCertain reports whether an acquire's replies so far decide it: Q
+// nodes wrote, or N−Q+1 refused. An acquire that is failing anyway waits
+// for the rest, so that it undoes what they wrote before it answers.
+func (b *Backend) setCertain(replies []nodeReply, plain bool) bool {
+	_, wrote, refused := tallySet(replies, plain)
+	return wrote >= b.q || refused >= len(b.nodes)-b.q+1
+}
+
+// lateWrote reports whether a reply that came after an acquire ended says
+// the node wrote the token while the client was told it did not get the
+// lock: that write is to be undone. A node that never answers (err: its
+// connection broke) is left alone: whether it wrote is unknown, and an
+// owner-checked delete could remove another holder's lock that carries the
+// same value (docs/quorum.md: values that are not unique). Such a write,
+// if it happened, holds the key on that node until its TTL ends: it costs
+// that node's vote for the key, never a second holder.
+func lateWrote(granted bool, vals []backend.Value, err error, plain bool) bool {
+	if granted || err != nil || len(vals) == 0 {
+		return false
+	}
+	sr, ok := parseSet(vals[0], plain)
+	return ok && sr.written
+}
+
 // setOutcome decides a SET from the nodes' replies, which took elapsed:
-// its result or error, and whether the acquire is to be undone (before
-// the client hears of it). The stream and the loop paths both decide here.
-func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl time.Duration, replies []nodeReply, elapsed time.Duration) (_ backend.SetResult, _ error, undo bool) {
+// its result or error, and, for an acquire that did not succeed, the nodes
+// that wrote the token and must have it deleted again (before the client
+// hears of it). Nodes that refused are never touched: the key they hold
+// is someone else's lock, whatever its value. The stream and the loop
+// paths both decide here.
+func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl time.Duration, replies []nodeReply, elapsed time.Duration) (_ backend.SetResult, _ error, undo []bool) {
 	results, wrote, refused := tallySet(replies, plain)
 	// The validity rule applies to an acquire with a future expiry; without
 	// one (no TTL, KEEPTTL on an absent key) the lock has no deadline to
@@ -146,22 +185,22 @@ func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl 
 	if o.Cond == backend.IfAbsent && (mode == "px" || mode == "pxat") && ttl > 0 {
 		valid = elapsed+b.drift(ttl) < ttl
 	}
+	if o.Cond == backend.IfAbsent {
+		undo = wroteOn(replies, plain)
+	}
 	res := backend.SetResult{}
 	if o.Get {
 		prev, had, ok := b.votePrev(results)
 		if !ok {
-			return backend.SetResult{}, b.errNoQuorum(replies), o.Cond == backend.IfAbsent
+			return backend.SetResult{}, b.errNoQuorum(replies), undo
 		}
 		res.Prev, res.HadPrev = prev, had
 	}
 	if wrote >= b.q && valid {
 		res.Written = true
 		b.noteTTL(ttl)
-		return res, nil, false
+		return res, nil, nil
 	}
-	// A partial or too slow acquire is undone everywhere it may have
-	// landed, nodes that did not answer included.
-	undo = o.Cond == backend.IfAbsent
 	if wrote >= b.q && !valid {
 		// Timing, not contention, decided: never a nil, which would say
 		// someone else holds the lock.
@@ -172,6 +211,25 @@ func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl 
 		return res, nil, undo // certainly not ours: held elsewhere
 	}
 	return backend.SetResult{}, b.errNoQuorum(replies), undo
+}
+
+// wroteOn marks the nodes whose reply says they wrote; nil when none did.
+// A reply that no longer counts as a vote (its node was quarantined while
+// the operation ran) still says the node wrote.
+func wroteOn(replies []nodeReply, plain bool) []bool {
+	var out []bool
+	for i, nr := range replies {
+		if len(nr.vals) == 0 {
+			continue
+		}
+		if sr, ok := parseSet(nr.vals[0], plain); ok && sr.written {
+			if out == nil {
+				out = make([]bool, len(replies))
+			}
+			out[i] = true
+		}
+	}
+	return out
 }
 
 // setExpiry is the expiry of a SET as the set script's mode word and value
@@ -273,14 +331,33 @@ func (b *Backend) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*b.cfg.DriftFactor) + b.cfg.DriftConst
 }
 
-// undo deletes key on every node where it still holds token, under a
-// context of its own: the client's may be the one that ran out. On each
-// node the delete runs after the acquire it undoes (one ordered stream per
-// node); one whose outcome stays unknown is sent again when the node's
-// connection is replaced.
-func (b *Backend) undo(ctx context.Context, db int, key string, token []byte) {
+// undoWrites deletes key where it holds token on the nodes marked in on,
+// under a context of its own: the client's may be the one that ran out.
+// On each node the delete runs after the acquire it undoes (one ordered
+// stream per node); one whose outcome stays unknown is sent again when the
+// node's connection is replaced.
+func (b *Backend) undoWrites(ctx context.Context, db int, key string, token []byte, on []bool) {
+	if on == nil {
+		return
+	}
 	r, again := undoRequest(key, token)
-	b.fanout(context.WithoutCancel(ctx), db, same(r), again)
+	b.fanout(context.WithoutCancel(ctx), db, func(i int) *req {
+		if on[i] {
+			return r
+		}
+		return nil
+	}, again)
+}
+
+// undoLate deletes key where it holds token on node i, for a write that
+// node reported after its operation ended (a stream's reader goroutine
+// calls it, which must not wait: the delete goes out on a goroutine that
+// Close waits for).
+func (b *Backend) undoLate(ctx context.Context, db, i int, key string, token []byte) {
+	on := make([]bool, len(b.nodes))
+	on[i] = true
+	token = bytes.Clone(token)
+	b.late.Go(func() { b.undoWrites(context.WithoutCancel(ctx), db, key, token, on) })
 }
 
 // undoRequest is the owner-checked delete an undo sends every node, and

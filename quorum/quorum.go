@@ -75,6 +75,7 @@ type Backend struct {
 	classes luascripts.Classes // what each script does (classify.go)
 	pending pendingUndos       // undos not known to have run (pending.go)
 	lp      loops              // the event loops' node connections (loop.go)
+	late    sync.WaitGroup     // undos of writes reported after their operation ended (undoLate)
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -252,6 +253,7 @@ func (b *Backend) Close(context.Context) error {
 		close(b.stop)
 	}
 	<-b.done
+	b.late.Wait()
 	b.closeLoops()
 	var errs *multierror.Error
 	for _, n := range b.nodes {

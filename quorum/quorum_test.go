@@ -189,10 +189,21 @@ func TestAcquireEverySubset(t *testing.T) {
 				}
 				if up < q {
 					for i, s := range st {
-						if s == "up" {
-							if v, _ := direct[i].Get(t.Context(), key).Result(); v == "mine" {
-								t.Errorf("%v: node %d still holds a failed acquisition", st, i)
+						if s != "up" {
+							continue
+						}
+						// A refusal is answered once N−Q+1 nodes said held; a
+						// write that came after is undone right after it.
+						for end := time.Now().Add(2 * time.Second); ; {
+							v, _ := direct[i].Get(t.Context(), key).Result()
+							if v != "mine" {
+								break
 							}
+							if time.Now().After(end) {
+								t.Errorf("%v: node %d still holds a failed acquisition", st, i)
+								break
+							}
+							time.Sleep(5 * time.Millisecond) // polling for the undo
 						}
 					}
 				}
@@ -213,29 +224,22 @@ func TestTryAgainText(t *testing.T) {
 	}
 }
 
-// TestSlowAcquireIsUndone uses a TTL shorter than the time the nodes take
-// (a node paused for part of it), so the validity check fails: the acquire
-// is refused and undone on every node.
-func TestSlowAcquireIsUndone(t *testing.T) {
+// TestPausedNodeCostsNothing: with one node of three paused, an acquire
+// is decided by the two that answer, as soon as they have: a TTL shorter
+// than the node timeout is still granted (the validity check sees the time
+// the majority took, not the paused node's timeout).
+func TestPausedNodeCostsNothing(t *testing.T) {
 	nodes := startNodes(t, 3)
 	b, err := quorum.New(quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close(context.Background())
-	nodes[2].Stop() // its 200ms timeout makes the acquire take longer than the TTL
-	res, err := b.Set(t.Context(), 0, "slow", []byte("mine"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: 100 * time.Millisecond}})
+	nodes[2].Stop()
+	res, err := b.Set(t.Context(), 0, "fast", []byte("mine"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: 100 * time.Millisecond}})
 	nodes[2].Cont()
-	var re *backend.ReplyError
-	if res.Written || !errors.As(err, &re) || !strings.HasPrefix(re.Reply, "TRYAGAIN quorum reached too late") {
-		t.Fatalf("an acquire slower than its TTL = %v, %v; want TRYAGAIN (timing decided, not contention)", res, err)
-	}
-	for i, nd := range nodes[:2] {
-		c := redis.NewClient(&redis.Options{Addr: nd.Addr})
-		if v, _ := c.Get(t.Context(), "slow").Result(); v == "mine" {
-			t.Errorf("node %d kept the refused acquisition", i)
-		}
-		c.Close()
+	if err != nil || !res.Written {
+		t.Fatalf("an acquire with one node paused = %v, %v; want OK from the other two", res, err)
 	}
 }
 

@@ -135,10 +135,13 @@ func TestUndoRetryKeepsItsRedo(t *testing.T) {
 	}
 }
 
-// TestUndoReachesQuarantinedNode: an acquire that landed on a node just
-// before its quarantine began (here: put there by hand, the node already
-// quarantined after a restart) is still undone there when the vote fails.
-func TestUndoReachesQuarantinedNode(t *testing.T) {
+// TestRefusalLeavesQuarantinedNodeAlone: a node quarantined after a
+// restart holds the key with the acquirer's own value, put there by
+// someone else (values are not always unique); the acquire is refused by
+// the other two and sends the quarantined node nothing, so its key stays:
+// an undo goes only where this acquire wrote (setOutcome's own test covers
+// a write that landed just before the quarantine began).
+func TestRefusalLeavesQuarantinedNodeAlone(t *testing.T) {
 	nodes := startNodes(t, 3)
 	b := newMonitored(t, addrsOf(nodes))
 	ctx := t.Context()
@@ -153,21 +156,13 @@ func TestUndoReachesQuarantinedNode(t *testing.T) {
 		defer c.Close()
 		direct = append(direct, c)
 	}
-	direct[0].Set(ctx, "k", "mine", time.Minute) // the acquire's SET, landed before the quarantine
+	direct[0].Set(ctx, "k", "mine", time.Minute)
 	direct[1].Set(ctx, "k", "other", time.Minute)
 	direct[2].Set(ctx, "k", "other", time.Minute)
 	if r, err := b.Set(ctx, 0, "k", []byte("mine"), acq(time.Minute)); err != nil || r.Written {
 		t.Fatalf("acquire of a key two nodes hold = %v, %v; want nil", r, err)
 	}
-	// The undo reaches node 0 at once, or, while its stream is still
-	// reconnecting after the restart, as soon as the new connection is up.
-	for end := time.Now().Add(5 * time.Second); ; {
-		if v, _ := direct[0].Get(ctx, "k").Result(); v != "mine" {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("the quarantined node kept the failed acquire's key for 5s: its undo skipped the node")
-		}
-		time.Sleep(20 * time.Millisecond) // polling for the undo
+	if v, _ := direct[0].Get(ctx, "k").Result(); v != "mine" {
+		t.Fatalf("the quarantined node's key = %q; want it kept (\"mine\"): the refused acquire never wrote there", v)
 	}
 }
