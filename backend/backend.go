@@ -10,7 +10,7 @@ import (
 const Databases = 16
 
 // Backend stores keys that each hold one token and an optional expiry
-// (SPEC §1), in numbered databases as selected with SELECT.
+// (docs/architecture.md), in numbered databases as selected with SELECT.
 //
 // All methods are safe for concurrent use. ctx carries the command's
 // deadline: a Backend returns by then, and never reports an outcome it has

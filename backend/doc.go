@@ -2,7 +2,7 @@
 // its storage backends, in the way database/sql/driver sits between
 // database/sql and the drivers.
 //
-// It owns three things and imports nothing but the standard library:
+// It owns these and imports nothing but the standard library:
 //
 //   - the Backend interface every store implements (memory, quorum,
 //     pgbridge), with its parameter and result types;
@@ -16,6 +16,8 @@
 // (the rules memory and pgbridge run on), and package backendtest is the
 // conformance suite every Backend passes.
 //
-// The lock model (SPEC §1): a key holds at most one token and an optional
-// expiry. Absent and expired keys are the same thing to every caller.
+// The lock model (docs/architecture.md): a key holds at most one token and
+// an optional expiry. Absent and expired keys are the same thing to every
+// caller. A Backend never reports an outcome it has not established: no
+// false OK, no false nil.
 package backend

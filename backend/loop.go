@@ -7,7 +7,7 @@ import (
 )
 
 // The interfaces below let a backend run some commands on the front end's
-// event loops (SPEC §7): the backend's connections to its servers are
+// event loops (docs/architecture.md): the backend's connections to its servers are
 // registered on the loop that owns the client, a command is started on
 // that loop and completes on it through a callback, with no goroutine
 // hand-off. Everything is optional: a backend without them, or a command

@@ -1,4 +1,4 @@
-// Package keycmd parses and runs the key commands of SPEC §2 (GET, SET and
+// Package keycmd parses and runs the key commands (GET, SET and
 // its option forms, SETNX, EXPIRE and friends, DELIFEQ, DELEX, …) against a
 // backend.KeySpace, with Redis's arity and option rules and its exact reply
 // texts. It also knows where each command's keys are among its arguments
@@ -9,9 +9,8 @@
 // It sits just above backend and imports nothing else of lockproxy, so
 // that the RESP front end (client commands) and the backends (redis.call from
 // a running script, through ScriptCaller) share one definition of every
-// command. Layout decision: STYLE.md's dependency rule lets backends import
-// only backend and luascripts; a command table both sides need belongs
-// in a leaf like this one rather than being written twice.
+// command without either importing the other (docs/architecture.md, "The
+// dependency rule").
 //
 // Everything here is safe for concurrent use: the command table is read-only
 // after package initialisation (a composite literal, no init side effects).

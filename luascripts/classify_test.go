@@ -18,7 +18,8 @@ type clientScript struct {
 	want Class
 }
 
-// ClientScripts are the scripts every SPEC §5 library sends (the files
+// ClientScripts are the scripts every library of the compatibility
+// matrix (README.md) sends (the files
 // are the libraries' own, captured byte for byte), with the arguments
 // each sends. Also used by quorum's tests through the same file names.
 var clientScripts = []clientScript{

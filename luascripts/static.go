@@ -54,8 +54,8 @@ var coreGlobals = setOf("KEYS", "ARGV", "ipairs")
 
 // The core subset is the part of Lua whose every result gopher-lua
 // computes exactly as Redis's Lua 5.1 does, so that a run on the lock
-// model is the run a node makes from the same key states (doc.go,
-// "Guarded"): locals, control statements, functions, literals, indexing,
+// model is the run a node makes from the same key states (classify.go,
+// "Guarded scripts"): locals, control statements, functions, literals, indexing,
 // calls of redis.call (not pcall) with a literal command and of ipairs,
 // == and ~=, not/and/or, # of KEYS or ARGV, and indexing KEYS, ARGV or
 // anything by a number literal. Outside it: tables built

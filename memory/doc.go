@@ -1,6 +1,6 @@
-// Package memory is lockproxy's embedded backend and the reference model of
-// SPEC §1: every other backend must answer the conformance suite
-// (backend/backendtest) the way this one does.
+// Package memory is lockproxy's embedded backend and the reference for the
+// lock model (docs/architecture.md): every other backend must answer the
+// conformance suite (backend/backendtest) the way this one does.
 //
 // Guarantees:
 //   - every command is atomic; a script is atomic over every key it touches,

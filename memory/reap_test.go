@@ -87,7 +87,8 @@ func TestShrinkAfterPeak(t *testing.T) {
 }
 
 // heapPerLock holds n locks (key 21 bytes, token 22 bytes, with a TTL, as
-// SPEC §6 describes them) and returns the heap bytes each one costs.
+// docs/performance.md describes them) and returns the heap bytes each one
+// costs.
 func heapPerLock(tb testing.TB, n int) float64 {
 	b := New(Config{})
 	defer b.Close(tb.Context())
@@ -102,7 +103,7 @@ func heapPerLock(tb testing.TB, n int) float64 {
 	return per
 }
 
-// TestHeapPerLock: SPEC §6 allows 1 GiB for 1,000,000 locks, about 1 KiB
+// TestHeapPerLock: the budget is 1 GiB for 1,000,000 locks, about 1 KiB
 // each. BenchmarkHeapPerLock measures the full million.
 func TestHeapPerLock(t *testing.T) {
 	if testing.Short() {

@@ -15,6 +15,43 @@ import (
 	"github.com/lockproxy/lockproxy/keycmd"
 )
 
+// How scripts are told apart and run on both sides.
+//
+// Scripts are recognised by what they do, never by a table of SHA1s.
+// Each call first runs the script in process on an empty key space (a
+// sandbox; keycmd.ScriptCaller and luascripts.Runner run it): a script
+// that creates a key from nothing is an acquire, one that creates none is
+// not (release, extend, reacquire). This runs per call rather than once
+// per SHA1 because what a script does depends on its ARGV (lockproxy's own
+// MULTI/EXEC script carries its commands in ARGV and declares no KEYS);
+// it costs one in-process run, microseconds next to the legacy round
+// trip. The keys the sandbox run names, after the declared KEYS, are the
+// script's watched keys.
+//
+// The release scripts of luascripts' catalogue (recognised by their whole
+// text, whitespace aside: the Redis docs' and redis-py's) skip all this:
+// they read their key and delete it when it holds the token, answering
+// how many they deleted, so they run on both sides as they are and the
+// side that held the lock answers. Every unlock saves the watch.
+//
+// On the legacy Redis a script runs atomically with its watch: MULTI, MGET
+// of the watched keys, EVALSHA (EVAL after NOSCRIPT), the same MGET, EXEC,
+// which gives the exact before and after values of its keys there.
+//
+//   - An acquiring script that wrote none of its keys on the legacy Redis
+//     was refused there: the legacy reply is returned, the inner backend is
+//     not touched. Otherwise it runs on the inner backend, which granted
+//     when every key the legacy run wrote now holds there the value the
+//     legacy run wrote (tokens are per-client random: another client's lock
+//     cannot look like this one). Both granted: the inner backend's reply.
+//     The inner backend refused: the keys this run created on the legacy
+//     Redis are removed again (owner checked), and the client gets the
+//     inner backend's reply.
+//   - Any other script runs on both. The reply is the inner backend's,
+//     except when none of the watched keys was live there before and one
+//     was live on the legacy Redis: then the lock was taken directly on
+//     the legacy Redis and the legacy reply is the one the library expects.
+
 // plan is what a script does from an empty key space: the keys it would
 // create (with the value it writes: a lock's token, one of its ARGV) and
 // every key of its database it names, its declared KEYS first.

@@ -61,7 +61,7 @@ import (
 // table: the LOGGED horizon (horizon.go), raised before every grant with
 // a deadline, covers row-less locks exactly as it covers rows.
 //
-// The price, written down in README: a holder session that ends while
+// The price, written down in docs/postgres.md: a holder session that ends while
 // row-less locks of it may be live fences every key of the database, on
 // every instance, until its rowless_until_ms (at most the longest TTL
 // granted row-less in its last moments plus rowlessSlack and D), because

@@ -285,8 +285,8 @@ func testHolderKilled(t *testing.T, phase string, n int) {
 // TestLateRowWriteStillExpires: a deferred lease whose row write comes
 // only after its deadline (its stripe busy, the process starved) still
 // ends at its deadline: the late write arms the expiry instead of itself
-// (found by review: it re-armed the row write at once, for ever, and the
-// advisory lock never expired).
+// (re-arming the row write instead would loop for ever, and the advisory
+// lock would never expire).
 func TestLateRowWriteStillExpires(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -46,7 +46,7 @@ func (a *advisory) arm(k dbKey, e *held) {
 // armExpiry sets the timer that ends e at its deadline, whether or not it
 // has its row: for a row write that came too late (its deadline passed,
 // or it met a fence), which arm would send back to writeRow at once, and
-// for ever (found by review: the advisory lock then never expired).
+// for ever (the advisory lock would then never expire).
 func (a *advisory) armExpiry(k dbKey, e *held) {
 	if e.deadline == 0 || a.b.ctx.Err() != nil {
 		a.timers.stop(e)

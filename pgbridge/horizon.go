@@ -123,8 +123,8 @@ func (a *advisory) quarantineAfter(ctx context.Context, conn *pgx.Conn) error {
 	// The horizon row first, then the mark, in cover's order: cover's
 	// upsert locks the row and only then fills the mark (its SET reads
 	// it), so a carry that filled the mark first and then waited for the
-	// row deadlocked against it (found by review, reproduced with a third
-	// session holding the row).
+	// row would deadlock against it (a third session holding the row shows
+	// it).
 	carry := fillMark(a.b.cfg.Schema) + `UPDATE ` + a.b.cfg.Schema + `.horizon SET carried_ms = GREATEST(carried_ms, horizon_ms) WHERE EXISTS (SELECT FROM mark)`
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT FROM `+a.b.cfg.Schema+`.horizon FOR UPDATE`); err != nil {

@@ -26,6 +26,33 @@ import (
 //     duplicate of the socket (gnet closes its own descriptor);
 //   - bounds: input held behind a running command, and replies the client
 //     does not take, are bounded (maxQueryBytes, maxOutputBytes).
+//
+// What a client sees, point by point (each has a test on real sockets):
+//   - A close the server decides comes after the client has taken every
+//     reply before it; a client that takes nothing for lingerStall is
+//     closed with its replies cut (the goroutine front end would wait on
+//     it until the drain's deadline).
+//   - A client that shuts down its writing half while a command runs off
+//     the loop gets that command's reply and those of the complete
+//     commands it pipelined after it; gnet has no half-close state, so the
+//     connection is finished on a goroutine, on a duplicate of the socket
+//     taken in OnClose, with one write bounded by lingerStall. redis-server
+//     answers such a client too (it runs the commands it read before the
+//     end of stream). Like redis-server, a half-closed client whose
+//     earlier replies are still unsent when the end of stream is read
+//     loses them; the goroutine front end would deliver them.
+//   - gnet cannot stop reading a connection, so what a client sends while
+//     a command runs off the loop is held up to twice MaxRequestBytes;
+//     past that the client is closed and the server logs "closing client
+//     that reached max query buffer length", as Redis does past
+//     client-query-buffer-limit. The goroutine front end stops reading
+//     instead (TCP holds the client back).
+//   - Replies a client does not take are held up to eight times
+//     MaxRequestBytes; past that the client is closed at once ("closing
+//     client that reached max output buffer length"). Redis's limit for
+//     normal clients is unlimited by default; this bound differs on
+//     purpose (no unbounded per-connection buffer). The goroutine front
+//     end blocks on its write and stops reading instead.
 
 // lingerPoll is how often a closing connection checks whether the client
 // took its output (gnet reports no write progress).

@@ -23,7 +23,7 @@ import (
 // itself), against lockproxy on the memory backend, and against lockproxy on
 // the quorum backend over three real redis-servers, the postgres backend
 // in each strategy, and lockproxy migrating from a legacy redis-server
-// (memory backend, every lock taken in both: SPEC §8).
+// (memory backend, every lock taken in both: docs/migration.md).
 func clientTargets(t *testing.T, f func(t *testing.T, addr string)) {
 	t.Helper()
 	t.Run("redis", func(t *testing.T) { f(t, testsrv.StartRedis(t).Addr) })

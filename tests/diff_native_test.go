@@ -24,7 +24,7 @@ type diffNativeStep struct {
 // Redis 8.4 documentation and the tests/unit/type/string.tcl of redis/redis
 // that ships DELEX; DELEX's invalid-condition text is from the fakeredis
 // tests run against Redis 8.4. The digest forms (IFDEQ, IFDNE, DIGEST) are
-// not in SPEC §2 and are not covered.
+// not served by lockproxy and are not covered.
 func TestNativeLockCommands(t *testing.T) {
 	s := func(want string, args ...string) diffNativeStep { return diffNativeStep{args: args, want: want} }
 	const ok, one, zero, null = "+OK\r\n", ":1\r\n", ":0\r\n", "<nil>"

@@ -1,6 +1,6 @@
-// Package backendtest is the conformance suite of SPEC §1: every backend
-// (memory, quorum, pgbridge) runs Run and must pass it unchanged, as
-// filesystems run testing/fstest.TestFS.
+// Package backendtest is the conformance suite of the lock model
+// (docs/architecture.md): every backend (memory, quorum, pgbridge) runs
+// Run and must pass it unchanged, as filesystems run testing/fstest.TestFS.
 //
 // The suite talks to a backend only through backend.Backend. It uses a key
 // prefix unique per test, TTLs of at least 100ms where timing matters, and

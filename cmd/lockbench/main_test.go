@@ -10,8 +10,8 @@ import (
 )
 
 // TestRunAgainstRedisAndLockproxy runs a short measurement of lockproxy with
-// a real redis-server as the comparison, as the README's figures are made,
-// with each lock client.
+// a real redis-server as the comparison, as docs/performance.md's figures
+// are made, with each lock client.
 func TestRunAgainstRedisAndLockproxy(t *testing.T) {
 	redis := testsrv.StartRedis(t)
 	proxy := testsrv.StartMemoryProxy(t)

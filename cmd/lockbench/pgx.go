@@ -20,8 +20,8 @@ import (
 //     (lockbench_leases, created if missing).
 //
 // Neither has what lockproxy adds (tokens and TTLs for the advisory loop,
-// a script surface, one address for every client): they are the floor the
-// SPEC compares against.
+// a script surface, one address for every client): they are the floor
+// docs/performance.md compares against.
 func measurePgx(ctx context.Context, c config, addr string) (Result, error) {
 	lease := strings.HasPrefix(addr, "pgx-lease:")
 	dsn := addr[strings.Index(addr, ":")+1:]

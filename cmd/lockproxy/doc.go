@@ -1,3 +1,4 @@
 // Command lockproxy serves distributed locks to unmodified Redis clients.
-// See the README for its flags, its configuration file and its backends.
+// README.md lists its flags and backends; docs/operations.md says how to
+// run it in production.
 package main

@@ -72,7 +72,8 @@ func parseBool(v string) (bool, bool) {
 	return false, false
 }
 
-// fields lists every configuration key of c, in the order of SPEC §4.
+// fields lists every configuration key of c, in a fixed order: the order
+// validation reports problems in.
 func fields(c *Config) []field {
 	return []field{
 		str("listen", "RESP listener address", &c.Listen),

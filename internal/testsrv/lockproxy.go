@@ -94,7 +94,7 @@ func StartPostgresProxy(t testing.TB, strategy string) (string, string) {
 }
 
 // StartMigratingProxy starts a legacy redis-server and serves inner
-// wrapped by a migrate.Backend that takes every lock in both (SPEC §8);
+// wrapped by a migrate.Backend that takes every lock in both (docs/migration.md);
 // it returns the proxy's address, the legacy Redis and the wrapper. The
 // legacy timeout is generous (the suite shares two cores under -race) and
 // the status is read every 50ms, so tests see a change quickly.
