@@ -1,9 +1,9 @@
 'use strict';
 // The availability load of avail_test.go, run by a node client library:
 //   node avail.js HOST:PORT LIB PREFIX CONTENDED WORKERS KEYS TTL_MS HOLD_US OP_TIMEOUT_MS
-// LIB is redlock5 (node redlock 5, acquire by script), redlock4 (node
-// redlock 4, acquire by script) or semaphore (redis-semaphore's Mutex,
-// acquire by SET NX PX, release by script), each on ioredis 5. Each worker
+// LIB is redlock5 (node redlock 5.0.0-beta.2: acquire and release by
+// script) or semaphore (redis-semaphore 5.8's Mutex: acquire by SET NX PX,
+// release by script), each on ioredis 5. Each worker
 // has its own connection and does what avail_load_test.go's Go workers do:
 // acquire once; on a grant hold and release; after a refusal or an error
 // back off 0-2ms. It prints "ready" once every connection is up, runs until
@@ -66,25 +66,6 @@ function redlock5(c) {
   };
 }
 
-function redlock4(c) {
-  const Redlock = require('redlock4');
-  const rl = new Redlock([c], { retryCount: 0 });
-  let clientErr = null; // one worker per instance: the error of the request in flight
-  rl.on('clientError', (e) => { clientErr = e; });
-  const settle = async (p) => {
-    clientErr = null;
-    try {
-      return { out: 'g', handle: await p() };
-    } catch (e) {
-      return clientErr ? { out: 'e', err: clientErr } : { out: 'n' };
-    }
-  };
-  return {
-    acquire: (key) => settle(() => rl.lock(key, ttl)),
-    release: (lock) => settle(() => lock.unlock()),
-  };
-}
-
 function semaphore(c) {
   const { Mutex } = require('redis-semaphore');
   return {
@@ -108,7 +89,7 @@ function semaphore(c) {
 }
 
 async function worker(w, c) {
-  const l = { redlock5, redlock4, semaphore }[lib](c);
+  const l = { redlock5, semaphore }[lib](c);
   for (let n = 0; !stopping; n++) {
     const key = contended ? `${prefix}c:${Math.floor(Math.random() * keys)}` : `${prefix}u:${w}:${n}`;
     let start = nowUs();
