@@ -70,8 +70,9 @@ func modelShowSteps(steps []modelStep) string {
 // or 105 seconds, so two TTLs compared by PEXPIRE GT/LT differ by 15 s, or
 // are of one bucket and then the later one is the larger (its step index
 // is larger, and time only shortens the earlier one). A few steps set a
-// TTL of 40 ms and wait 150 ms: expiry, checked at both servers after it
-// has certainly happened.
+// TTL of 30 ms and wait 60 ms after both servers answered: expiry, checked
+// after it has certainly happened on both (each expires at the millisecond
+// on its own clock, counted from before its reply).
 func modelGen(seed uint64, n, clients int) []modelStep {
 	r := rand.New(rand.NewPCG(seed, 0x6d6f64656c))
 	key := func() string { return modelKeys[r.IntN(len(modelKeys))] }
@@ -133,7 +134,7 @@ func modelGen(seed uint64, n, clients int) []modelStep {
 			one(modelEval(r, modelAcquireN, []string{k, key()}, val(), px())...)
 		case w < 91:
 			s.cmds = [][]string{{"MULTI"}, {"SETNX", k, val()}, {"PEXPIRE", k, px()}, {"EXEC"}}
-		case w < 94:
+		case w < 98:
 			if r.IntN(2) == 0 {
 				one("DELIFEQ", k, val())
 			} else {
@@ -143,13 +144,13 @@ func modelGen(seed uint64, n, clients int) []modelStep {
 			// Expiry: a short TTL, then a wait well past it.
 			switch r.IntN(3) {
 			case 0:
-				one("SET", k, val(), "PX", "40")
+				one("SET", k, val(), "PX", "30")
 			case 1:
-				one("SET", k, val(), "NX", "PX", "40")
+				one("SET", k, val(), "NX", "PX", "30")
 			default:
-				one("PEXPIRE", k, "40")
+				one("PEXPIRE", k, "30")
 			}
-			s.wait = 150 * time.Millisecond
+			s.wait = 60 * time.Millisecond
 		}
 		steps = append(steps, s)
 	}

@@ -27,10 +27,10 @@ const modelCorpus = "testdata/model/seeds"
 // and one random seed. At most modelShrinks failures are shrunk to a
 // minimal sequence (each shrink replays the sequence many times).
 const (
-	modelSeeds   = 24
+	modelSeeds   = 16
 	modelSteps   = 80
 	modelClients = 3
-	modelShrinks = 4
+	modelShrinks = 3
 )
 
 // TestModelHealthy sends the same random command sequences, one command at
@@ -166,11 +166,11 @@ func modelSameReply(cmd, m, q string) bool {
 // modelShrink makes a failing sequence smaller while it still fails
 // (any mismatch counts): it drops chunks of steps, halving the chunk size
 // down to single steps, and cuts the sequence after its first mismatch.
-// It stops after 300 replays and returns the smallest failing sequence
+// It stops after 200 replays and returns the smallest failing sequence
 // found and its mismatch.
 func modelShrink(t *testing.T, run func([]modelStep) (*modelMismatch, error), steps []modelStep, m *modelMismatch) ([]modelStep, *modelMismatch) {
 	t.Helper()
-	budget := 300
+	budget := 200
 	for chunk := len(steps) / 2; chunk >= 1; chunk /= 2 {
 		for i := 0; i+chunk <= len(steps) && budget > 0; {
 			try := append(slices.Clone(steps[:i]), steps[i+chunk:]...)
