@@ -34,11 +34,24 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	v, err, created, count, undoAll := b.evalOutcome(keys, args, w, at, replies, time.Since(start))
 	b.undoCreated(ctx, db, created, count, undoAll)
 	if o.awaitsLate() {
-		o.onLate(func(i int, vals []backend.Value, lerr error) {
-			if c := lateCreated(keys, args, w, v, undoAll || err != nil, vals, lerr); c != nil {
-				b.late.Go(func() { b.undoCreatedOn(context.WithoutCancel(ctx), db, i, c) })
+		failed := undoAll || err != nil
+		lctx := context.WithoutCancel(ctx)
+		var late func(i int, vals []backend.Value, lerr error)
+		late = func(i int, vals []backend.Value, lerr error) {
+			if lerr == nil && len(vals) > at && noScript(vals[at]) {
+				// The node had not run it: it runs it now, as it would
+				// have before the vote ended, and is judged the same way.
+				b.late.Go(func() {
+					r := b.fanout(lctx, db, only(i, build(true)), nil)[i]
+					late(i, r.vals, r.err)
+				})
+				return
 			}
-		})
+			if c := lateCreated(keys, args, w, v, failed, vals, lerr); c != nil {
+				b.late.Go(func() { b.undoCreatedOn(lctx, db, i, c) })
+			}
+		}
+		o.onLate(late)
 	}
 	return v, err
 }
@@ -56,7 +69,7 @@ func (b *Backend) evalCertain(replies []nodeReply, at int) bool {
 		vals, ok = make([]backend.Value, 0, len(replies)), make([]bool, 0, len(replies))
 	}
 	for _, r := range replies {
-		good := r.done && r.err == nil && len(r.vals) > at
+		good := r.done && r.err == nil && len(r.vals) > at && !noScript(r.vals[at])
 		var v backend.Value
 		if good {
 			v = r.vals[at]
@@ -156,8 +169,8 @@ func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, at in
 		ttls = make([][]backend.Value, len(replies))
 	}
 	for i, r := range replies {
-		if r.err != nil || len(r.vals) <= at {
-			continue
+		if r.err != nil || len(r.vals) <= at || noScript(r.vals[at]) {
+			continue // a NOSCRIPT still standing means the script did not run there: no vote
 		}
 		vals[i], ok[i] = r.vals[at], true
 		if watch && len(r.vals) == 3+len(keys) {

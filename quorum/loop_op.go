@@ -248,11 +248,23 @@ func (lo *lop) end() {
 		}
 		if lo.lateWait != nil {
 			failed := undoAll || err != nil
-			lo.onLate(func(i int, vals []backend.Value, lerr error) {
+			v = cloneValue(v) // a late reply may come after the read buffer it points into was reused
+			var late func(i int, vals []backend.Value, lerr error)
+			late = func(i int, vals []backend.Value, lerr error) {
+				if at := scriptAt(lo.watch); lerr == nil && len(vals) > at && noScript(vals[at]) {
+					// The node had not run it: it runs it now, as it would
+					// have before the vote ended, and is judged the same way.
+					r := scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, true)
+					ql.run(lo.db, only(i, r), nil, time.Time{}, func(replies []nodeReply, _ time.Duration) {
+						late(i, replies[i].vals, replies[i].err)
+					})
+					return
+				}
 				if c := lateCreated(lo.keys, lo.args, lo.watch, v, failed, vals, lerr); c != nil {
 					ql.run(lo.db, only(i, undoCreatedRequest(c)), nil, time.Time{}, func([]nodeReply, time.Duration) {})
 				}
-			})
+			}
+			lo.onLate(late)
 		}
 		lo.evalDone(v, err)
 	default:

@@ -75,7 +75,7 @@ type Backend struct {
 	classes luascripts.Classes // what each script does (classify.go)
 	pending pendingUndos       // undos not known to have run (pending.go)
 	lp      loops              // the event loops' node connections (loop.go)
-	late    sync.WaitGroup     // undos of writes reported after their operation ended (undoLate)
+	late    lateWork           // undos of writes reported after their operation ended (undoLate)
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -253,7 +253,7 @@ func (b *Backend) Close(context.Context) error {
 		close(b.stop)
 	}
 	<-b.done
-	b.late.Wait()
+	b.late.close()
 	b.closeLoops()
 	var errs *multierror.Error
 	for _, n := range b.nodes {
@@ -284,4 +284,31 @@ func (b *Backend) errNoQuorum(replies []nodeReply) error {
 			ok, len(b.nodes), quarantined)
 	}
 	return &backend.ReplyError{Reply: reply, Err: errs.ErrorOrNil()}
+}
+
+// lateWork runs the work a late reply asks for (an undo, a script a node
+// had not run) on goroutines of its own: a stream's reader goroutine,
+// which delivers it, must not wait. Close waits for them; work asked for
+// after that is dropped (the nodes' connections are closing).
+type lateWork struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Go runs f unless the Backend is closing.
+func (l *lateWork) Go(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.wg.Go(f)
+}
+
+func (l *lateWork) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.wg.Wait()
 }
