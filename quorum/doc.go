@@ -7,8 +7,11 @@
 //   - An acquire (SET … NX with an expiry) answers OK only when at least Q
 //     nodes set the key and the time it took, plus a clock-drift allowance
 //     (TTL·DriftFactor + DriftConst), is below the TTL, measured on Go's
-//     monotonic clock. Otherwise every node that may have set the key gets an
-//     owner-checked delete (never a plain DEL) under a fresh bounded context.
+//     monotonic clock. Otherwise the nodes that said they set the key get an
+//     owner-checked delete (never a plain DEL), never a node that refused:
+//     values are not always unique. An operation ends once its outcome is
+//     certain (a majority agreed); replies that come later are judged
+//     against it, and what the client was not told of is undone there.
 //
 //   - A nil reply ("held by someone else") only when at least N−Q+1 nodes
 //     said the key is held; when failures rather than contention decide,
