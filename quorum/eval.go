@@ -248,6 +248,7 @@ type evalReq struct {
 func evalRequest(s backend.Script, keys []string, args [][]byte, ro, watch, eval bool) *req {
 	er := &evalReq{}
 	r := &er.req
+	r.repair = keys
 	n := 48 + len(s.SHA1)
 	if eval {
 		n += len(s.Src)

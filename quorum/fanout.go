@@ -30,6 +30,9 @@ func (r nodeReply) failed() bool { return r.err != nil }
 type req struct {
 	cmds resp.Request
 	undo []undoRec // owner-checked deletes: sent again on a new connection if this one breaks unanswered
+	// repair are the keys of a lock operation: repaired on a node whose
+	// connection breaks before it answers (repair.go).
+	repair []string
 	// writes are the key and token pairs the request may write: not sent
 	// to a node where a delete of one is pending (pendingUndos).
 	writes []undoRec
@@ -146,7 +149,7 @@ func (b *Backend) fanoutUntil(ctx context.Context, db int, reqFor func(i int) *r
 			o.deliver(i, nil, errUndoPending)
 			return
 		}
-		cl := &call{o: o, c: s, node: i, n: r.cmds.N, vals: make([]backend.Value, 0, r.cmds.N), undo: r.undo, sent: time.Now()}
+		cl := &call{o: o, c: s, node: i, n: r.cmds.N, vals: make([]backend.Value, 0, r.cmds.N), undo: r.undo, repair: r.repair, sent: time.Now()}
 		o.calls[i] = cl
 		b.pending.add(s, i, db, r.undo, 1)
 		s.send(cl, r.cmds.B)

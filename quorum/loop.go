@@ -134,7 +134,7 @@ func (ql *qloop) node(i, db int) *lnode {
 	n := ql.b.nodes[i]
 	ln := &lnode{ql: ql, i: i, state: connecting,
 		st: &stream{addr: n.addr, db: db, opt: n.opt, cfg: &ql.b.cfg, replies: n.replies, onRunID: n.onRunID, ctx: ql.ctx,
-			node: i, undos: &ql.b.pending}}
+			node: i, undos: &ql.b.pending, repairs: &ql.b.repairs}}
 	ql.nodes[i][db] = ln
 	if ql.closed {
 		ln.state, ln.err, ln.ready = closed, errStreamClosed, true

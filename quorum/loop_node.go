@@ -178,7 +178,7 @@ func (ln *lnode) traffic(in []byte) int {
 // a full node timeout; if it is still unanswered one more node timeout
 // later, the connection is broken, as stream.overdue does.
 func (ln *lnode) overdue(cl *call) {
-	ln.ql.after(time.Now().Add(ln.st.cfg.NodeTimeout), timerEntry{cl: cl, ln: ln})
+	ln.ql.after(time.Now().Add(overdueGrace(ln.st.cfg)), timerEntry{cl: cl, ln: ln})
 }
 
 func (ln *lnode) checkOverdue(cl *call) {

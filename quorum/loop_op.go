@@ -13,17 +13,20 @@ import (
 // loop timer), a NOSCRIPT retry. All of it on the loop.
 type lop struct {
 	op
-	ql      *qloop
-	db      int
-	again   func(int, nodeReply) *req
-	retried []bool
-	start   time.Time
-	sentAt  time.Time // when the calls being sent are sent: start, or a retry's time (one clock read per batch)
-	sending bool      // inside dispatch or a retry: a reply delivered now is looked at afterwards
-	ended   bool
-	early   bool                                             // ended before every node answered: the rest are late replies
-	unlock  func()                                           // an acquiring script's key stripes (tryLockKeys), or nil
-	decide  func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
+	ql       *qloop
+	db       int
+	again    func(int, nodeReply) *req
+	retried  []bool
+	start    time.Time
+	sentAt   time.Time // when the calls being sent are sent: start, or a retry's time (one clock read per batch)
+	sending  bool      // inside dispatch or a retry: a reply delivered now is looked at afterwards
+	ended    bool
+	early    bool                                             // ended before every node answered: the rest are late replies
+	stripes  []int                                            // the keys' stripes it holds from its start until decided and undone (stripe.go)
+	sbuf     [1]int                                           // stripes' storage for one key
+	req      *req                                             // what it sends each node (begin)
+	deadline time.Time                                        // its command's deadline (begin)
+	decide   func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
 
 	// The lock path's own operations keep what decides them here rather
 	// than in a decide closure (an allocation per operation saved): an
@@ -111,7 +114,7 @@ func (lo *lop) send(i int, r *req) {
 	} else {
 		cl = &call{vals: make([]backend.Value, 0, r.cmds.N)}
 	}
-	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, lo.sentAt
+	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.repair, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, r.repair, lo.sentAt
 	lo.calls[i] = cl
 	lo.ql.b.pending.add(ln.st, i, lo.db, r.undo, 1)
 	ln.send(cl, r.cmds.B)
@@ -220,7 +223,9 @@ func (lo *lop) end() {
 					return ur
 				}
 				return nil
-			}, uagain, time.Time{}, func([]nodeReply, time.Duration) {})
+			}, uagain, time.Time{}, func([]nodeReply, time.Duration) { lo.releaseStripes() })
+		} else {
+			lo.releaseStripes()
 		}
 		if lo.lateWait != nil {
 			granted := err == nil && res.Written
@@ -235,16 +240,12 @@ func (lo *lop) end() {
 	case kindEval:
 		ql := lo.ql
 		v, err, created, count, undoAll := ql.b.evalOutcome(lo.keys, lo.args, lo.watch, scriptAt(lo.watch), lo.replies, elapsed)
-		unlock := lo.unlock
-		if unlock == nil {
-			unlock = func() {}
-		}
-		// The stripe is held until the undos have run, as on the stream
-		// path: this proxy's next script on these keys reads them after.
+		// The stripes are held until the undos have run: the next
+		// operation on these keys reaches every node after them.
 		if undos := undoRequests(created, count, undoAll, ql.b.q); undos != nil {
-			ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) { unlock() })
+			ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) { lo.releaseStripes() })
 		} else {
-			unlock()
+			lo.releaseStripes()
 		}
 		if lo.lateWait != nil {
 			failed := undoAll || err != nil
@@ -296,7 +297,9 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 	}
 	mode, val, ttl := setExpiry(o)
 	r, _ := setRequest(key, token, o, true, mode, val) // plain: no script, no fallback
-	ql.runOp(&lop{ql: ql, db: db, kind: kindSet, key: key, token: token, setOpt: o, mode: mode, ttl: ttl, setDone: done}, same(r), deadline)
+	lo := &lop{ql: ql, db: db, kind: kindSet, key: key, token: token, setOpt: o, mode: mode, ttl: ttl, setDone: done}
+	lo.req, lo.deadline = r, deadline
+	lo.startLocked([]string{key})
 	return true
 }
 
@@ -318,13 +321,35 @@ func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byt
 		return false
 	}
 	lo := &lop{ql: ql, db: db, kind: kindEval, script: s, keys: keys, args: args, ro: ro, watch: w, evalDone: done}
-	if w == watchKeys {
-		if lo.unlock, ok = ql.b.tryLockKeys(keys...); !ok {
-			return false
-		}
-	}
-	ql.runOp(lo, same(scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, false)), deadline)
+	lo.req, lo.deadline = scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, false), deadline
+	lo.startLocked(keys)
 	return true
+}
+
+// startLocked begins the operation once it holds its keys' stripes: at
+// once when they are free, else on its loop when they are handed to it.
+func (lo *lop) startLocked(keys []string) {
+	lo.stripes = stripes(lo.sbuf[:0], keys)
+	if lockStripes(&lo.ql.b.keys, lo.stripes, lo) {
+		lo.begin()
+	}
+}
+
+// begin sends the operation's request to every node.
+func (lo *lop) begin() { lo.ql.runOp(lo, same(lo.req), lo.deadline) }
+
+// stripeReady implements stripeWaiter: the operation holds its stripes
+// now and begins on its loop. A loop that is gone lets them go again.
+func (lo *lop) stripeReady() {
+	if lo.ql.l.Execute(lo.begin) != nil {
+		lo.releaseStripes()
+	}
+}
+
+// releaseStripes lets the operation's stripes go (once).
+func (lo *lop) releaseStripes() {
+	lo.ql.b.unlockStripes(lo.stripes)
+	lo.stripes = nil
 }
 
 // StartGet implements backend.LoopBackend: a majority read, decided as Get

@@ -102,7 +102,8 @@ func TestLoopAcquireRelease(t *testing.T) {
 		}
 	})
 	for i, d := range directClients(t, nodes) {
-		if v, _ := d.Get(ctx, "k").Result(); v != "t2" {
+		var v string
+		if !settled(func() bool { v, _ = d.Get(ctx, "k").Result(); return v == "t2" }) {
 			t.Errorf("node %d holds k = %q; want t2", i, v)
 		}
 		if ttl, _ := d.PTTL(ctx, "k2").Result(); ttl <= 0 || ttl > 5*time.Second {

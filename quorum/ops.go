@@ -257,14 +257,16 @@ func setExpiry(o backend.SetOptions) (mode string, val int64, ttl time.Duration)
 type setReq struct {
 	req
 	w [1]undoRec
+	k [1]string
 	b [128]byte
 }
 
 func setRequest(key string, token []byte, o backend.SetOptions, plain bool, mode string, val int64) (*req, func(int, nodeReply) *req) {
 	sr := &setReq{}
 	sr.w[0] = undoRec{key: key, token: string(token)}
+	sr.k[0] = key
 	r := &sr.req
-	r.writes = sr.w[:]
+	r.writes, r.repair = sr.w[:], sr.k[:]
 	if n := len(key) + len(token) + 64; n <= len(sr.b) {
 		r.cmds.B = sr.b[:0]
 	} else {
@@ -489,7 +491,7 @@ func (b *Backend) Del(ctx context.Context, db int, keys []string) (int64, error)
 // confirmations.
 func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Cond, match []byte) (bool, error) {
 	defer b.lockKeys(key)()
-	r := &req{}
+	r := &req{repair: []string{key}}
 	c := []byte(condName(cond))
 	runScript(&r.cmds, delIfScript, false, []string{key}, match, c)
 	return b.voteBool(b.fanout(ctx, db, same(r), scriptFallback(delIfScript, []string{key}, match, c)))

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,74 +65,20 @@ type Backend struct {
 	cfg   Config
 	nodes []*node
 	q     int
-	keys  [256]sync.Mutex // striped by key: see lockKeys
+	keys  [256]stripeLock // striped by key: see stripe.go
 
 	health  []health
 	replies *prometheus.HistogramVec // per node: see metrics.go
 	maxTTL  atomic.Int64             // the longest TTL granted, as a Duration
 
-	classes luascripts.Classes // what each script does (classify.go)
-	pending pendingUndos       // undos not known to have run (pending.go)
-	lp      loops              // the event loops' node connections (loop.go)
-	late    lateWork           // undos of writes reported after their operation ended (undoLate)
-	stop    chan struct{}
-	done    chan struct{}
-}
-
-// lockKeys serialises this proxy's operations on the same keys, so that
-// every node sees them in the same order: concurrent acquires of one key
-// then cannot split the vote, and concurrent scripts over the same keys
-// cannot leave the nodes disagreeing. (Several proxy instances in front
-// of the same nodes do not share this order; their split votes end in nil
-// or TRYAGAIN and the clients retry, as with client-side Redlock.) The
-// stripes are taken in ascending order, so two multi-key operations cannot
-// deadlock.
-func (b *Backend) lockKeys(keys ...string) func() {
-	idx := stripes(keys)
-	for _, i := range idx {
-		b.keys[i].Lock()
-	}
-	return func() { b.unlockStripes(idx) }
-}
-
-// tryLockKeys is lockKeys for a caller that must not wait (an event
-// loop): ok is false, and nothing is held, when a stripe is taken.
-func (b *Backend) tryLockKeys(keys ...string) (unlock func(), ok bool) {
-	idx := stripes(keys)
-	for n, i := range idx {
-		if !b.keys[i].TryLock() {
-			b.unlockStripes(idx[:n])
-			return nil, false
-		}
-	}
-	return func() { b.unlockStripes(idx) }, true
-}
-
-func (b *Backend) unlockStripes(idx []int) {
-	for _, i := range idx {
-		b.keys[i].Unlock()
-	}
-}
-
-// stripes are the keys' stripe indices, each once, in ascending order.
-func stripes(keys []string) []int {
-	var idx []int
-	for _, k := range keys {
-		i := int(stripe(k))
-		if !slices.Contains(idx, i) {
-			idx = append(idx, i)
-		}
-	}
-	slices.Sort(idx)
-	return idx
-}
-
-func stripe(key string) uint8 {
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
-	}
-	return uint8(h)
+	classes    luascripts.Classes // what each script does (classify.go)
+	pending    pendingUndos       // undos not known to have run (pending.go)
+	lp         loops              // the event loops' node connections (loop.go)
+	late       lateWork           // undos of writes reported after their operation ended (undoLate)
+	repairs    repairQueue        // keys whose node connection broke unanswered (repair.go)
+	repairDone chan struct{}
+	stop       chan struct{}
+	done       chan struct{}
 }
 
 var (
@@ -156,6 +101,7 @@ type node struct {
 	onRunID  func(string)        // each new stream connection's run_id (Backend.noteRunID)
 	index    int                 // its place in Backend.nodes
 	pending  *pendingUndos       // the Backend's
+	repairs  *repairQueue        // the Backend's
 }
 
 // stream returns the node's stream for db, starting it on first use.
@@ -173,6 +119,7 @@ func (n *node) stream(db int, cfg *Config) *stream {
 		s = closedStream(n.addr, db)
 	} else {
 		s = newStream(n.addr, db, n.opt, cfg, n.replies, n.onRunID, n.index, n.pending)
+		s.repairs = n.repairs
 	}
 	n.streams[db].Store(s)
 	return s
@@ -198,7 +145,7 @@ func New(cfg Config) (*Backend, error) {
 	if len(cfg.Nodes) == 0 {
 		return nil, errors.New("quorum: no nodes")
 	}
-	b := &Backend{cfg: cfg, q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram(), health: make([]health, len(cfg.Nodes))}
+	b := &Backend{repairs: repairQueue{wake: make(chan struct{}, 1)}, cfg: cfg, q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram(), health: make([]health, len(cfg.Nodes))}
 	for i, a := range cfg.Nodes {
 		opt, err := nodeOptions(a, cfg)
 		if err != nil {
@@ -206,7 +153,7 @@ func New(cfg Config) (*Backend, error) {
 		}
 		b.nodes = append(b.nodes, &node{addr: opt.Addr, opt: opt, client: redis.NewClient(opt),
 			replies: b.replies.WithLabelValues(opt.Addr), onRunID: func(id string) { b.noteRunID(i, id) },
-			index: i, pending: &b.pending})
+			index: i, pending: &b.pending, repairs: &b.repairs})
 	}
 	// Database 0's streams connect now (a node down is a node down, not a
 	// failure to start); the others on first use.
@@ -216,6 +163,11 @@ func New(cfg Config) (*Backend, error) {
 	b.stop, b.done = make(chan struct{}), make(chan struct{})
 	b.checkAll()
 	go b.monitor()
+	b.repairDone = make(chan struct{})
+	go func() {
+		defer close(b.repairDone)
+		b.repairLoop(b.stop)
+	}()
 	return b, nil
 }
 
@@ -253,6 +205,7 @@ func (b *Backend) Close(context.Context) error {
 		close(b.stop)
 	}
 	<-b.done
+	<-b.repairDone
 	b.late.close()
 	b.closeLoops()
 	var errs *multierror.Error

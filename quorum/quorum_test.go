@@ -194,16 +194,8 @@ func TestAcquireEverySubset(t *testing.T) {
 						}
 						// A refusal is answered once N−Q+1 nodes said held; a
 						// write that came after is undone right after it.
-						for end := time.Now().Add(2 * time.Second); ; {
-							v, _ := direct[i].Get(t.Context(), key).Result()
-							if v != "mine" {
-								break
-							}
-							if time.Now().After(end) {
-								t.Errorf("%v: node %d still holds a failed acquisition", st, i)
-								break
-							}
-							time.Sleep(5 * time.Millisecond) // polling for the undo
+						if !settled(func() bool { v, _ := direct[i].Get(t.Context(), key).Result(); return v != "mine" }) {
+							t.Errorf("%v: node %d still holds a failed acquisition", st, i)
 						}
 					}
 				}

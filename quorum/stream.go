@@ -51,6 +51,7 @@ type stream struct {
 	onRunID func(string)        // told each new connection's run_id before it carries anything
 	node    int                 // the node's place in Backend.nodes
 	undos   *pendingUndos       // told of each undo answered, dropped or sent again
+	repairs *repairQueue        // told the keys of calls its broken connection leaves unanswered
 
 	mu      sync.Mutex
 	state   streamState
@@ -97,6 +98,7 @@ type call struct {
 	n        int
 	vals     []backend.Value
 	undo     []undoRec // the deletes this call makes, sent again if its connection breaks unanswered
+	repair   []string  // the keys a lock operation's call touches: repaired if its connection breaks unanswered (repair.go)
 	sent     time.Time
 	finished bool // answered or failed (under the stream's mu; on the loop path, the loop's)
 }
@@ -168,6 +170,13 @@ func (s *stream) send(cl *call, buf []byte) {
 	}
 }
 
+// isUp reports whether the stream's connection is up.
+func (s *stream) isUp() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state == up
+}
+
 // keepUndo remembers cl's deletes for the next connection. Under s.mu.
 func (s *stream) keepUndo(cl *call) {
 	if len(cl.undo) > 0 && len(s.redo) < maxRedo {
@@ -177,14 +186,23 @@ func (s *stream) keepUndo(cl *call) {
 	s.undos.add(s, s.node, s.db, cl.undo, -1) // dropped: it will not run
 }
 
+// overdueGrace is how long a call may stay unanswered after its operation
+// stopped waiting for it before its connection is treated as broken: at
+// least a second, so that a node paused or slowed for less than that
+// still answers on the same connection. Its late replies then say what
+// it did, and what the client was not told of is undone (a write whose
+// reply is lost with its connection stays until its TTL: values are not
+// always unique, so it cannot be deleted blind).
+func overdueGrace(cfg *Config) time.Duration { return max(time.Second, 4*cfg.NodeTimeout) }
+
 // overdue is told that cl's operation stopped waiting for it after a full
-// node timeout. If cl is still unanswered one more node timeout later, the
+// node timeout. If cl is still unanswered overdueGrace later, the
 // connection is treated as broken, as a socket read timeout would be: a
 // node that far behind is paused, partitioned or gone. (The grace keeps a
 // pause of the proxy itself, whose replies wait in the socket, from
 // costing its connections.)
 func (s *stream) overdue(cl *call) {
-	time.AfterFunc(s.cfg.NodeTimeout, func() {
+	time.AfterFunc(overdueGrace(s.cfg), func() {
 		s.mu.Lock()
 		var c net.Conn
 		if !cl.finished && s.state == up {
@@ -286,6 +304,7 @@ func (s *stream) retire(calls []*call) {
 	for _, cl := range calls {
 		cl.finished = true
 		s.keepUndo(cl)
+		s.repairs.add(s.node, s.db, cl.repair)
 	}
 }
 

@@ -256,33 +256,16 @@ func checkAvail(t *testing.T, stats []phaseStats, contended bool) {
 					s.name, s.grants, s.refusals, s.acquires)
 			}
 			continue
-		case contendedGap(contended, s.name):
-			// Known gap, issue 23: under contention a node that is paused,
-			// slow or partitioned still splits votes (the two live nodes see
-			// a release and an acquire in different orders: TRYAGAIN), and
-			// any lost node leaves some split votes. Logged, not asserted,
-			// until operations on one key reach the nodes in one order.
-			if s.fraction < availMinFraction || s.errors > 0 {
-				t.Logf("KNOWN GAP (issue 23) %s: %.2f of the all-up rate, %d error replies", s.name, s.fraction, s.errors)
-			}
-			continue
 		case s.minority && s.fraction < availMinFraction:
 			t.Errorf("%s: %d grants, %.2f of the all-up rate (%d); want ≥ %.1f", s.name, s.grants, s.fraction, base.grants, availMinFraction)
 		}
-		if s.errors > 0 && !contended {
+		if s.errors > 0 {
 			t.Errorf("%s: %d error replies once the fault was steady; want none (%v; first: %s)", s.name, s.errors, s.errKinds, s.errSample)
 		}
 		if !contended && s.refusals > 0 {
 			t.Errorf("%s: %d refusals of a free key (each attempt is on a fresh key); want none", s.name, s.refusals)
 		}
 	}
-}
-
-// contendedGap reports the phases of a contended run that issue 23 has not
-// closed yet: every minority fault (split votes; with a node killed the
-// rate holds on a quiet machine but not under the full suite's load).
-func contendedGap(contended bool, phase string) bool {
-	return contended && (phase == "paused" || phase == "slow" || phase == "partitioned" || phase == "killed")
 }
 
 // table renders the collected runs as markdown: one row per pattern and

@@ -1,0 +1,152 @@
+package quorum
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/lockproxy/lockproxy/backend"
+)
+
+// Read repair after a lost connection. A lock operation whose connection
+// to a node broke before the node answered may still have run there (a
+// paused node runs what waits in its socket when it resumes; a partition
+// may drop the reply and not the command): an acquire the client was told
+// it did not get, or a release the node never confirmed, can leave a key
+// on that node that no majority holds. It costs that node's vote for the
+// key until its TTL ends — with another node down, the key's
+// availability — but it cannot be deleted blind: values are not always
+// unique (npm redis-lock's deadline, a bare "1"), and an owner-checked
+// delete of the caller's value could remove another holder's lock.
+//
+// So the keys of those operations are repaired instead, each under its
+// stripe (this proxy's operations on the key wait meanwhile): the key is
+// read on every node, and the value the broken node holds is deleted there
+// (owner-checked) only when Q other nodes answered and none of them holds
+// it. Any majority of the N nodes that includes the broken one has another
+// member among any Q others, so a value none of them holds is not a lock
+// anyone holds. The repair waits for the node to be reachable again,
+// retrying for a minute at most.
+//
+// What it does not cover: another lockproxy instance, or a client talking
+// to the nodes directly, granting the same key with the same value between
+// the repair's read and its delete (a few milliseconds).
+
+// repairQueue holds the keys to repair, by node and database.
+type repairQueue struct {
+	mu   sync.Mutex
+	keys map[repairKey]time.Time // when it was first asked for
+	wake chan struct{}
+}
+
+type repairKey struct {
+	node, db int
+	key      string
+}
+
+const repairFor = time.Minute // how long a repair waits for its node to be reachable
+
+// add asks for the keys to be repaired on node's database db. It never
+// waits: a stream's or a loop's failing connection calls it.
+func (q *repairQueue) add(node, db int, keys []string) {
+	if len(keys) == 0 || q == nil {
+		return
+	}
+	q.mu.Lock()
+	if q.keys == nil {
+		q.keys = make(map[repairKey]time.Time)
+	}
+	now := time.Now()
+	for _, k := range keys {
+		rk := repairKey{node, db, k}
+		if _, ok := q.keys[rk]; !ok {
+			q.keys[rk] = now
+		}
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns every key asked for so far and empties the queue.
+func (q *repairQueue) take() map[repairKey]time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.keys
+	q.keys = nil
+	return out
+}
+
+// requeue puts back a key whose node could not be read yet.
+func (q *repairQueue) requeue(rk repairKey, since time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.keys == nil {
+		q.keys = make(map[repairKey]time.Time)
+	}
+	if _, ok := q.keys[rk]; !ok {
+		q.keys[rk] = since
+	}
+}
+
+// repairLoop repairs the keys asked for until Close (stop), a pass at
+// each wake-up and, while some wait for their node, every 100ms.
+func (b *Backend) repairLoop(stop <-chan struct{}) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-b.repairs.wake:
+		case <-t.C:
+		}
+		for rk, since := range b.repairs.take() {
+			if !b.repairKey(rk) && time.Since(since) < repairFor {
+				b.repairs.requeue(rk, since)
+			}
+		}
+	}
+}
+
+// repairKey repairs one key (see the top of this file); false when the
+// node, or too many others, could not be read yet.
+func (b *Backend) repairKey(rk repairKey) bool {
+	if !b.nodes[rk.node].stream(rk.db, &b.cfg).isUp() {
+		// Not reachable yet (a dial is under way, or it keeps failing):
+		// no read to spend, and no failure to count against the node.
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*b.cfg.NodeTimeout)
+	defer cancel()
+	defer b.lockKeys(rk.key)()
+	r := &req{}
+	r.cmds.Strs("get", rk.key)
+	replies := b.fanout(ctx, rk.db, same(r), nil)
+	held, ok := one(replies[rk.node])
+	if !ok {
+		return false
+	}
+	if held.Kind != backend.KindBulk {
+		return true // absent, or not a string: nothing a lock left
+	}
+	others := 0
+	for j, nr := range replies {
+		v, ok := one(nr)
+		if j == rk.node || !ok {
+			continue
+		}
+		if v.Kind == backend.KindBulk && string(v.Str) == string(held.Str) {
+			return true // held elsewhere too: possibly a lock, kept
+		}
+		others++
+	}
+	if others < b.q {
+		return false
+	}
+	ur, again := undoRequest(rk.key, held.Str)
+	b.fanout(ctx, rk.db, only(rk.node, ur), again)
+	return true
+}
