@@ -58,6 +58,7 @@ type op struct {
 	// lateBuf keeps those that came before late was set.
 	lateWait []bool
 	late     func(node int, vals []backend.Value, err error)
+	lateTo   *lop // instead of late, on an event loop (lop.lateReply): no closure per operation
 	lateBuf  []lateReply
 }
 
@@ -78,12 +79,15 @@ func (o *op) deliver(node int, vals []backend.Value, err error) {
 			return
 		}
 		o.lateWait[node] = false
-		h := o.late
-		if h == nil {
+		h, to := o.late, o.lateTo
+		if h == nil && to == nil {
 			o.lateBuf = append(o.lateBuf, lateReply{node: node, vals: cloneValues(vals), err: err})
 		}
 		o.mu.Unlock()
-		if h != nil {
+		switch {
+		case to != nil:
+			to.lateReply(node, vals, err)
+		case h != nil:
 			h(node, vals, err)
 		}
 		return
@@ -334,7 +338,7 @@ func (o *op) closeEarly() []nodeReply {
 			o.markLate(i)
 		}
 	}
-	return slices.Clone(o.replies)
+	return o.replies // closed: deliver no longer writes them
 }
 
 // markLate awaits node i's reply after the end. Under o.mu.

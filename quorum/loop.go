@@ -9,7 +9,7 @@ import (
 	"github.com/lockproxy/lockproxy/backend"
 )
 
-// The loop path (SPEC §7; see doc.go for what runs on it): each event loop
+// The loop path (see doc.go for what runs on it): each event loop
 // of the front end has its own connection to each node (per database
 // used), registered on that loop. An operation started on the loop
 // appends its commands to the nodes' buffers; each buffer is written once

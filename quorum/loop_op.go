@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"slices"
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
@@ -13,20 +14,26 @@ import (
 // loop timer), a NOSCRIPT retry. All of it on the loop.
 type lop struct {
 	op
-	ql       *qloop
-	db       int
-	again    func(int, nodeReply) *req
-	retried  []bool
-	start    time.Time
-	sentAt   time.Time // when the calls being sent are sent: start, or a retry's time (one clock read per batch)
-	sending  bool      // inside dispatch or a retry: a reply delivered now is looked at afterwards
-	ended    bool
-	early    bool                                             // ended before every node answered: the rest are late replies
-	stripes  []int                                            // the keys' stripes it holds from its start until decided and undone (stripe.go)
-	sbuf     [1]int                                           // stripes' storage for one key
-	req      *req                                             // what it sends each node (begin)
-	deadline time.Time                                        // its command's deadline (begin)
-	decide   func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
+	ql      *qloop
+	db      int
+	again   func(int, nodeReply) *req
+	retried []bool
+	start   time.Time
+	sentAt  time.Time // when the calls being sent are sent: start, or a retry's time (one clock read per batch)
+	sending bool      // inside dispatch or a retry: a reply delivered now is looked at afterwards
+	ended   bool
+	early   bool // ended before every node answered: the rest are late replies
+	// What a late reply is judged against (lateReply): the acquire was
+	// granted; the script's reply, and whether its vote failed.
+	granted   bool
+	told      backend.Value
+	failed    bool
+	lateStore [inlineNodes]bool                                // lateWait's storage
+	stripes   []int                                            // the keys' stripes it holds from its start until decided and undone (stripe.go)
+	sbuf      [1]int                                           // stripes' storage for one key
+	req       *req                                             // what it sends each node (begin)
+	deadline  time.Time                                        // its command's deadline (begin)
+	decide    func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
 
 	// The lock path's own operations keep what decides them here rather
 	// than in a decide closure (an allocation per operation saved): an
@@ -80,7 +87,7 @@ func (ql *qloop) runOp(lo *lop, reqFor func(int) *req, deadline time.Time) {
 	lo.sentAt = lo.start
 	lo.op.left = n
 	if n <= inlineNodes {
-		lo.replies, lo.calls = lo.rbuf[:n], lo.cbuf[:n]
+		lo.replies, lo.calls, lo.lateWait = lo.rbuf[:n], lo.cbuf[:n], lo.lateStore[:n]
 	} else {
 		lo.replies, lo.calls = make([]nodeReply, n), make([]*call, n)
 	}
@@ -227,14 +234,9 @@ func (lo *lop) end() {
 		} else {
 			lo.releaseStripes()
 		}
-		if lo.lateWait != nil {
-			granted := err == nil && res.Written
-			lo.onLate(func(i int, vals []backend.Value, err error) {
-				if lateWrote(granted, vals, err, true) {
-					ur, uagain := undoRequest(lo.key, lo.token)
-					ql.run(lo.db, only(i, ur), uagain, time.Time{}, func([]nodeReply, time.Duration) {})
-				}
-			})
+		if slices.Contains(lo.lateWait, true) {
+			lo.granted = err == nil && res.Written
+			lo.lateFromNowOn()
 		}
 		lo.setDone(res, err)
 	case kindEval:
@@ -247,29 +249,49 @@ func (lo *lop) end() {
 		} else {
 			lo.releaseStripes()
 		}
-		if lo.lateWait != nil {
-			failed := undoAll || err != nil
-			v = cloneValue(v) // a late reply may come after the read buffer it points into was reused
-			var late func(i int, vals []backend.Value, lerr error)
-			late = func(i int, vals []backend.Value, lerr error) {
-				if at := scriptAt(lo.watch); lerr == nil && len(vals) > at && noScript(vals[at]) {
-					// The node had not run it: it runs it now, as it would
-					// have before the vote ended, and is judged the same way.
-					r := scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, true)
-					ql.run(lo.db, only(i, r), nil, time.Time{}, func(replies []nodeReply, _ time.Duration) {
-						late(i, replies[i].vals, replies[i].err)
-					})
-					return
-				}
-				if c := lateCreated(lo.keys, lo.args, lo.watch, v, failed, vals, lerr); c != nil {
-					ql.run(lo.db, only(i, undoCreatedRequest(c)), nil, time.Time{}, func([]nodeReply, time.Duration) {})
-				}
-			}
-			lo.onLate(late)
+		if slices.Contains(lo.lateWait, true) {
+			// A late reply may come after the read buffer v points into
+			// was reused.
+			lo.told, lo.failed = cloneValue(v), undoAll || err != nil
+			lo.lateFromNowOn()
 		}
 		lo.evalDone(v, err)
 	default:
 		lo.decide(lo.replies, elapsed)
+	}
+}
+
+// lateFromNowOn sends the replies that come after the end to lateReply.
+func (lo *lop) lateFromNowOn() {
+	lo.mu.Lock()
+	lo.lateTo = lo
+	lo.mu.Unlock()
+}
+
+// lateReply judges node i's reply that came after the operation ended
+// against what the client was told, on the loop: a write or a created key
+// the client was not told of is undone there; a script the node did not
+// know is run there now, as it would have been before the vote ended, and
+// judged the same way.
+func (lo *lop) lateReply(i int, vals []backend.Value, err error) {
+	ql := lo.ql
+	switch lo.kind {
+	case kindSet:
+		if lateWrote(lo.granted, vals, err, true) {
+			ur, uagain := undoRequest(lo.key, lo.token)
+			ql.run(lo.db, only(i, ur), uagain, time.Time{}, func([]nodeReply, time.Duration) {})
+		}
+	case kindEval:
+		if at := scriptAt(lo.watch); err == nil && len(vals) > at && noScript(vals[at]) {
+			r := scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, true)
+			ql.run(lo.db, only(i, r), nil, time.Time{}, func(replies []nodeReply, _ time.Duration) {
+				lo.lateReply(i, replies[i].vals, replies[i].err)
+			})
+			return
+		}
+		if c := lateCreated(lo.keys, lo.args, lo.watch, lo.told, lo.failed, vals, err); c != nil {
+			ql.run(lo.db, only(i, undoCreatedRequest(c)), nil, time.Time{}, func([]nodeReply, time.Duration) {})
+		}
 	}
 }
 
@@ -308,13 +330,9 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 // Guarded script's call, which runs it on the model, take the stream
 // path). It sends what Eval sends — the script alone, with each key's
 // PTTL after an extend, with the reads around an acquire — and decides by
-// the same rules (evalOutcome). An acquire keeps the stripe of its keys
-// as on the stream path (doc.go: its reads before and after need one
-// order in this proxy), taken with TryLock: when another operation holds
-// it, the call goes to the stream path, which waits. The stripe is let go
-// once the undos of the keys it created where they do not count have run
-// (meanwhile pendingUndos keeps a retry of the same token off those
-// nodes, as it does for SET NX).
+// the same rules (evalOutcome). Like every lock operation it holds its
+// keys' stripes (stripe.go) from send until decided and undone, queued on
+// its loop while another operation holds them.
 func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(backend.Value, error)) bool {
 	w, ok := ql.b.watchCached(s, keys, args, ro)
 	if !ok || !ql.usable(db) {

@@ -149,7 +149,14 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 // nodes wrote, or N−Q+1 refused. An acquire that is failing anyway waits
 // for the rest, so that it undoes what they wrote before it answers.
 func (b *Backend) setCertain(replies []nodeReply, plain bool) bool {
-	_, wrote, refused := tallySet(replies, plain)
+	wrote, refused := 0, 0
+	for _, nr := range replies {
+		if sr, ok := setReply(nr, plain); ok && sr.written {
+			wrote++
+		} else if ok {
+			refused++
+		}
+	}
 	return wrote >= b.q || refused >= len(b.nodes)-b.q+1
 }
 
@@ -185,7 +192,7 @@ func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl 
 	if o.Cond == backend.IfAbsent && (mode == "px" || mode == "pxat") && ttl > 0 {
 		valid = elapsed+b.drift(ttl) < ttl
 	}
-	if o.Cond == backend.IfAbsent {
+	if o.Cond == backend.IfAbsent && (wrote < b.q || !valid) {
 		undo = wroteOn(replies, plain)
 	}
 	res := backend.SetResult{}
@@ -312,11 +319,7 @@ func setRequest(key string, token []byte, o backend.SetOptions, plain bool, mode
 func tallySet(replies []nodeReply, plain bool) (results []setResult, wrote, refused int) {
 	results = make([]setResult, 0, len(replies))
 	for _, nr := range replies {
-		v, ok := one(nr)
-		if !ok {
-			continue
-		}
-		if sr, ok := parseSet(v, plain); ok {
+		if sr, ok := setReply(nr, plain); ok {
 			results = append(results, sr)
 			if sr.written {
 				wrote++
@@ -326,6 +329,16 @@ func tallySet(replies []nodeReply, plain bool) (results []setResult, wrote, refu
 		}
 	}
 	return results, wrote, refused
+}
+
+// setReply is one node's answer to a SET; ok is false for a node failure
+// or a reply that is not one.
+func setReply(nr nodeReply, plain bool) (setResult, bool) {
+	v, ok := one(nr)
+	if !ok {
+		return setResult{}, false
+	}
+	return parseSet(v, plain)
 }
 
 // drift is the clock-drift allowance of a lock of ttl.
