@@ -19,7 +19,6 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/proxy"
-	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // Sizes of the faults phase: modelFaultClients clients on
@@ -53,17 +52,7 @@ func TestModelFaults(t *testing.T) {
 		modelCheck(t, h, seed)
 	})
 	t.Run("quorum", func(t *testing.T) {
-		nodes := make([]*testsrv.Redis, 3)
-		addrs := make([]string, len(nodes))
-		for i := range nodes {
-			nodes[i] = testsrv.StartRedis(t)
-			addrs[i] = nodes[i].Addr
-		}
-		b, err := quorum.New(quorum.Config{Nodes: addrs, NodeTimeout: 150 * time.Millisecond})
-		if err != nil {
-			t.Fatalf("quorum: %v", err)
-		}
-		addr := testsrv.StartLockproxy(t, proxy.Config{BackendName: "quorum"}, b)
+		addr, nodes := testsrv.StartQuorumProxyWith(t, 3, 150*time.Millisecond, proxy.Config{BackendName: "quorum"})
 		t.Cleanup(func() {
 			for _, n := range nodes {
 				n.Cont()
@@ -467,17 +456,8 @@ func modelExplain(part []porcupine.Operation) string {
 // script must never see NOSCRIPT, which memory never answers.
 func TestModelEvalshaRestartedNode(t *testing.T) {
 	t.Parallel()
-	nodes := make([]*testsrv.Redis, 3)
-	addrs := make([]string, len(nodes))
-	for i := range nodes {
-		nodes[i] = testsrv.StartRedis(t)
-		addrs[i] = nodes[i].Addr
-	}
-	b, err := quorum.New(quorum.Config{Nodes: addrs, NodeTimeout: 150 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("quorum: %v", err)
-	}
-	c := dialRESP(t, testsrv.StartLockproxy(t, proxy.Config{BackendName: "quorum"}, b))
+	addr, nodes := testsrv.StartQuorumProxyWith(t, 3, 150*time.Millisecond, proxy.Config{BackendName: "quorum"})
+	c := dialRESP(t, addr)
 	if r, err := c.do("SCRIPT", "LOAD", modelAcquire); err != nil || r != "$40\r\n"+modelSHA1(modelAcquire)+"\r\n" {
 		t.Fatalf("SCRIPT LOAD = %q, %v", r, err)
 	}

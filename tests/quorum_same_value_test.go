@@ -6,7 +6,6 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/proxy"
-	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // TestQuorumRefusalKeepsSameValue: two clients send the same acquire with
@@ -33,7 +32,7 @@ func TestQuorumRefusalKeepsSameValue(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(path+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
-				addr, nodes := startQuorumOn(t, path)
+				addr, nodes := testsrv.StartQuorumProxyWith(t, 3, time.Second, proxy.Config{BackendName: "quorum", DataPath: path})
 				a, b := dialRESP(t, addr), dialRESP(t, addr)
 				if got, err := a.do(tc.cmd...); err != nil || got != tc.first {
 					t.Fatalf("client 1: %q = %q, %v; want %q", tc.cmd, got, err, tc.first)
@@ -52,24 +51,4 @@ func TestQuorumRefusalKeepsSameValue(t *testing.T) {
 			})
 		}
 	}
-}
-
-// startQuorumOn serves a quorum backend over three fresh redis-servers on
-// front end path (proxy.DataPathLoops or proxy.DataPathGoroutines) and
-// returns its address and the nodes.
-func startQuorumOn(t *testing.T, path string) (string, []*testsrv.Redis) {
-	t.Helper()
-	nodes := make([]*testsrv.Redis, 3)
-	addrs := make([]string, len(nodes))
-	for i := range nodes {
-		nodes[i] = testsrv.StartRedis(t)
-		addrs[i] = nodes[i].Addr
-	}
-	// A generous node timeout, as testsrv.StartQuorumProxy: the suite shares
-	// two cores under -race.
-	b, err := quorum.New(quorum.Config{Nodes: addrs, NodeTimeout: time.Second})
-	if err != nil {
-		t.Fatalf("quorum: %v", err)
-	}
-	return testsrv.StartLockproxy(t, proxy.Config{BackendName: "quorum", DataPath: path}, b), nodes
 }

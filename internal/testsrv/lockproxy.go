@@ -63,19 +63,26 @@ func StartMemoryProxy(t testing.TB) string {
 // over them; it returns the proxy's address and the nodes.
 func StartQuorumProxy(t testing.TB, n int) (string, []*Redis) {
 	t.Helper()
+	// A generous node timeout: the whole suite shares two cores under -race,
+	// and a node that answers late must not turn a test's OK into TRYAGAIN.
+	return StartQuorumProxyWith(t, n, time.Second, proxy.Config{BackendName: "quorum"})
+}
+
+// StartQuorumProxyWith is StartQuorumProxy with the node timeout and the
+// proxy's configuration (its front end, for example) given.
+func StartQuorumProxyWith(t testing.TB, n int, nodeTimeout time.Duration, cfg proxy.Config) (string, []*Redis) {
+	t.Helper()
 	nodes := make([]*Redis, n)
 	addrs := make([]string, n)
 	for i := range nodes {
 		nodes[i] = StartRedis(t)
 		addrs[i] = nodes[i].Addr
 	}
-	// A generous node timeout: the whole suite shares two cores under -race,
-	// and a node that answers late must not turn a test's OK into TRYAGAIN.
-	b, err := quorum.New(quorum.Config{Nodes: addrs, NodeTimeout: time.Second})
+	b, err := quorum.New(quorum.Config{Nodes: addrs, NodeTimeout: nodeTimeout})
 	if err != nil {
 		t.Fatalf("quorum: %v", err)
 	}
-	return StartLockproxy(t, proxy.Config{BackendName: "quorum"}, b), nodes
+	return StartLockproxy(t, cfg, b), nodes
 }
 
 // StartPostgresProxy serves a pgbridge backend of strategy (advisory or
