@@ -71,6 +71,7 @@ type Backend struct {
 	health  []health
 	replies *prometheus.HistogramVec // per node: see metrics.go
 	maxTTL  atomic.Int64             // the longest TTL granted, as a Duration
+	hz      horizon                  // the horizon markers on the nodes (marker.go)
 
 	classes luascripts.Classes // what each script does (classify.go)
 	pending pendingUndos       // undos not known to have run (pending.go)
@@ -197,6 +198,9 @@ func New(cfg Config) (*Backend, error) {
 	if len(cfg.Nodes) == 0 {
 		return nil, errors.New("quorum: no nodes")
 	}
+	if err := checkNodeList(cfg.Nodes); err != nil {
+		return nil, err
+	}
 	b := &Backend{cfg: cfg, q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram(), health: make([]health, len(cfg.Nodes))}
 	for i, a := range cfg.Nodes {
 		opt, err := nodeOptions(a, cfg)
@@ -207,14 +211,20 @@ func New(cfg Config) (*Backend, error) {
 			replies: b.replies.WithLabelValues(opt.Addr), onRunID: func(id string) { b.noteRunID(i, id) },
 			index: i, pending: &b.pending})
 	}
+	b.stop, b.done = make(chan struct{}), make(chan struct{})
+	b.initHorizon()
 	// Database 0's streams connect now (a node down is a node down, not a
 	// failure to start); the others on first use.
 	for _, n := range b.nodes {
 		<-n.stream(0, &b.cfg).ready
 	}
-	b.stop, b.done = make(chan struct{}), make(chan struct{})
 	b.checkAll()
+	b.hz.ready.Store(true)
 	go b.monitor()
+	if err := b.checkRunIDs(); err != nil {
+		b.Close(context.Background())
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -252,8 +262,9 @@ func (b *Backend) Close(context.Context) error {
 		close(b.stop)
 	}
 	<-b.done
-	b.closeLoops()
 	var errs *multierror.Error
+	errs = multierror.Append(errs, b.closeHorizon())
+	b.closeLoops()
 	for _, n := range b.nodes {
 		n.close()
 		errs = multierror.Append(errs, n.client.Close())
