@@ -22,10 +22,11 @@
 //     node is back, deleted there only when Q other nodes answered without
 //     it (repair.go). A call's connection is broken only after a grace of
 //     at least a second past its deadline, so brief pauses lose no reply.
-//   - A node whose run_id changed is kept out of votes for the longest TTL
-//     granted, unless it persists every write (appendfsync always); the
-//     monitor reports persistence and eviction settings that can lose
-//     locks (safety.go).
+//   - A node that may have forgotten locks (its run_id changed, or on
+//     first contact its horizon marker is missing or its uptime is below
+//     it) is kept out of votes for the longest TTL granted, unless it
+//     persists every write (marker.go, safety.go); the monitor reports
+//     persistence and eviction settings that can lose locks.
 //
 // Not guaranteed: Redlock's safety rests on the nodes' clocks running at
 // about the same rate; a client paused past its TTL can still act on a

@@ -32,6 +32,13 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	start := time.Now()
 	o, replies := b.fanoutUntil(ctx, db, same(build(false)), again, func(r []nodeReply) bool { return b.evalCertain(r, at) })
 	v, err, created, count, undoAll := b.evalOutcome(keys, args, w, at, replies, time.Since(start))
+	if d := time.Duration(b.maxTTL.Load()); err == nil && b.needsCover(d) {
+		// The script left a TTL longer than the horizon markers cover:
+		// they must before the client hears of it (marker.go).
+		if cerr := b.coverTTL(ctx, d); cerr != nil {
+			v, err, undoAll = backend.Value{}, cerr, true
+		}
+	}
 	b.undoCreated(ctx, db, created, count, undoAll)
 	if o.awaitsLate() {
 		failed := undoAll || err != nil

@@ -242,30 +242,59 @@ func (lo *lop) end() {
 	case kindEval:
 		ql := lo.ql
 		v, err, created, count, undoAll := ql.b.evalOutcome(lo.keys, lo.args, lo.watch, scriptAt(lo.watch), lo.replies, elapsed)
-		// The stripes are held until the undos have run: the next
-		// operation on these keys reaches every node after them.
-		if undos := undoRequests(created, count, undoAll, ql.b.q); undos != nil {
-			ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) { lo.releaseStripes() })
-		} else {
-			lo.releaseStripes()
+		if d := time.Duration(ql.b.maxTTL.Load()); err == nil && ql.b.needsCover(d) {
+			// The script left a TTL longer than the horizon markers cover:
+			// they must before the client hears of it, which blocks, so off
+			// the loop (marker.go), and the reply follows on the loop.
+			v = cloneValue(v)
+			ql.b.late.Go(func() {
+				cerr := ql.b.coverTTL(ql.ctx, d)
+				ql.exec(func() {
+					if cerr != nil {
+						lo.finishEval(backend.Value{}, cerr, created, count, true)
+						return
+					}
+					lo.finishEval(v, nil, created, count, undoAll)
+				})
+			})
+			return
 		}
-		if slices.Contains(lo.lateWait, true) {
-			// A late reply may come after the read buffer v points into
-			// was reused.
-			lo.told, lo.failed = cloneValue(v), undoAll || err != nil
-			lo.lateFromNowOn()
-		}
-		lo.evalDone(v, err)
+		lo.finishEval(v, err, created, count, undoAll)
 	default:
 		lo.decide(lo.replies, elapsed)
 	}
+}
+
+// finishEval ends a script on the loop once its reply is known: the keys
+// it created where they do not count are undone (its stripes are held
+// until then), late replies are judged from now on, and the client hears
+// the reply.
+func (lo *lop) finishEval(v backend.Value, err error, created []map[string]string, count map[string]int, undoAll bool) {
+	ql := lo.ql
+	if undos := undoRequests(created, count, undoAll, ql.b.q); undos != nil {
+		ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) { lo.releaseStripes() })
+	} else {
+		lo.releaseStripes()
+	}
+	if slices.Contains(lo.lateWait, true) {
+		// A late reply may come after the read buffer v points into was
+		// reused.
+		lo.told, lo.failed = cloneValue(v), undoAll || err != nil
+		lo.lateFromNowOn()
+	}
+	lo.evalDone(v, err)
 }
 
 // lateFromNowOn sends the replies that come after the end to lateReply.
 func (lo *lop) lateFromNowOn() {
 	lo.mu.Lock()
 	lo.lateTo = lo
+	buf := lo.lateBuf // those that came while the reply waited for the horizon markers
+	lo.lateBuf = nil
 	lo.mu.Unlock()
+	for _, r := range buf {
+		lo.lateReply(r.node, r.vals, r.err)
+	}
 }
 
 // lateReply judges node i's reply that came after the operation ended
@@ -321,6 +350,21 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 	r, _ := setRequest(key, token, o, true, mode, val) // plain: no script, no fallback
 	lo := &lop{ql: ql, db: db, kind: kindSet, key: key, token: token, setOpt: o, mode: mode, ttl: ttl, setDone: done}
 	lo.req, lo.deadline = r, deadline
+	if ql.b.needsCover(ttl) {
+		// The horizon markers must cover the TTL before it can be granted,
+		// which blocks: off the loop (marker.go), then the acquire on it.
+		ql.b.late.Go(func() {
+			err := ql.b.coverTTL(ql.ctx, ttl)
+			ql.exec(func() {
+				if err != nil {
+					done(backend.SetResult{}, err)
+					return
+				}
+				lo.startLocked([]string{key})
+			})
+		})
+		return true
+	}
 	lo.startLocked([]string{key})
 	return true
 }

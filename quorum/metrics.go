@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -18,6 +19,10 @@ var (
 		"1 when the node answered the last health check (every check interval).", []string{"node"}, nil)
 	descNodeQuarantined = prometheus.NewDesc("lockproxy_quorum_node_quarantined",
 		"1 while the node is kept out of votes after a restart.", []string{"node"}, nil)
+	descNodeQuarantineLeft = prometheus.NewDesc("lockproxy_quorum_node_quarantine_remaining_seconds",
+		"Time until the node votes again after a restart or a loss of its data (0: it votes; +Inf: not read yet since start or since its last restart).", []string{"node"}, nil)
+	descHorizon = prometheus.NewDesc("lockproxy_quorum_horizon_seconds",
+		"The longest TTL granted through any instance, as recorded on a majority of nodes (the horizon marker): what a node that lost its data is kept out of votes for.", nil, nil)
 	descNodeWarnings = prometheus.NewDesc("lockproxy_quorum_node_safety_warnings",
 		"Settings of the node that can lose or evict acknowledged locks (appendonly, appendfsync, maxmemory-policy); 0 is safe.", []string{"node"}, nil)
 	descNodeCheck = prometheus.NewDesc("lockproxy_quorum_node_check_seconds",
@@ -48,7 +53,7 @@ func newReplyHistogram() *prometheus.HistogramVec {
 
 // Describe implements prometheus.Collector.
 func (b *Backend) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descNodeUp, descNodeQuarantined, descNodeWarnings, descNodeCheck,
+	for _, d := range []*prometheus.Desc{descNodeUp, descNodeQuarantined, descNodeQuarantineLeft, descHorizon, descNodeWarnings, descNodeCheck,
 		descNodeKeys, descNodeExpired, descNodeFailures, descMajority, descLoopOps} {
 		ch <- d
 	}
@@ -66,6 +71,7 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 		h.mu.Lock()
 		gauge(descNodeUp, bool01(h.reachable), n.addr)
 		gauge(descNodeQuarantined, bool01(h.quarantinedAt(now)), n.addr)
+		gauge(descNodeQuarantineLeft, h.remaining(now).Seconds(), n.addr)
 		gauge(descNodeWarnings, float64(len(h.warnings)), n.addr)
 		gauge(descNodeCheck, h.checkRTT.Seconds(), n.addr)
 		gauge(descNodeKeys, float64(h.keys), n.addr)
@@ -74,8 +80,18 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descNodeFailures, prometheus.CounterValue, float64(n.failures.Load()), n.addr)
 	}
 	ch <- prometheus.MustNewConstMetric(descMajority, prometheus.GaugeValue, float64(b.q))
+	ch <- prometheus.MustNewConstMetric(descHorizon, prometheus.GaugeValue, float64(b.hz.known.Load())/1000)
 	ch <- prometheus.MustNewConstMetric(descLoopOps, prometheus.CounterValue, float64(b.LoopOps()))
 	b.replies.Collect(ch)
+}
+
+// remaining is the time until the node votes again: 0 when it votes, +Inf
+// while it has not been read (unvetted).
+func (h *health) remaining(now time.Time) time.Duration {
+	if h.unvetted.Load() {
+		return time.Duration(math.MaxInt64)
+	}
+	return max(0, time.Duration(h.qUntil.Load()-now.UnixNano()))
 }
 
 func bool01(b bool) float64 {
@@ -117,12 +133,17 @@ func (b *Backend) ExpiredLocks() uint64 {
 }
 
 // InfoLines are the quorum lines of INFO's lockproxy section: the nodes,
-// the majority, and each node's state as /metrics has it
-// (proxy.InfoReporter).
+// the majority, the horizon (the longest TTL recorded on a majority of
+// nodes, and the longest known), and each node's state as /metrics has it
+// (proxy.InfoReporter): quarantined_until_ms is the Unix time its
+// quarantine ends (0: it votes; -1: not read yet, no vote until it is),
+// horizon_ms its marker's ttl_ms (-1: absent or not read).
 func (b *Backend) InfoLines() []string {
 	lines := []string{
 		"lockproxy_quorum_nodes:" + strconv.Itoa(len(b.nodes)),
 		"lockproxy_quorum_majority:" + strconv.Itoa(b.q),
+		"lockproxy_quorum_horizon_ms:" + strconv.FormatInt(b.hz.known.Load(), 10),
+		"lockproxy_quorum_longest_ttl_ms:" + strconv.FormatInt(b.horizonTTL().Milliseconds(), 10),
 	}
 	now := time.Now()
 	var up, quarantined, warnings int
@@ -132,12 +153,20 @@ func (b *Backend) InfoLines() []string {
 		h.mu.Lock()
 		r, q := h.reachable, h.quarantinedAt(now)
 		w, rtt := len(h.warnings), h.checkRTT
+		until := int64(-1) // not read yet: out of votes until it is
+		if !h.unvetted.Load() {
+			until = 0
+			if q {
+				until = time.Unix(0, h.qUntil.Load()).UnixMilli()
+			}
+		}
+		hz := h.horizon
 		h.mu.Unlock()
 		up += int(bool01(r))
 		quarantined += int(bool01(q))
 		warnings += w
-		nodes = append(nodes, fmt.Sprintf("lockproxy_quorum_node%d:addr=%s,up=%d,quarantined=%d,safety_warnings=%d,check_ms=%.3f,failures=%d",
-			i, n.addr, int(bool01(r)), int(bool01(q)), w, float64(rtt.Microseconds())/1000, n.failures.Load()))
+		nodes = append(nodes, fmt.Sprintf("lockproxy_quorum_node%d:addr=%s,up=%d,quarantined=%d,quarantined_until_ms=%d,horizon_ms=%d,safety_warnings=%d,check_ms=%.3f,failures=%d",
+			i, n.addr, int(bool01(r)), int(bool01(q)), until, hz, w, float64(rtt.Microseconds())/1000, n.failures.Load()))
 	}
 	lines = append(lines,
 		"lockproxy_quorum_nodes_up:"+strconv.Itoa(up),

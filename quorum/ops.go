@@ -123,6 +123,9 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	mode, val, ttl := setExpiry(o)
 	plain := !o.Get && (o.Cond == backend.Always || o.Cond == backend.IfAbsent || o.Cond == backend.IfPresent)
 	r, again := setRequest(key, token, o, plain, mode, val)
+	if err := b.coverTTL(ctx, ttl); err != nil { // the horizon marker first (marker.go)
+		return backend.SetResult{}, err
+	}
 	defer b.lockKeys(key)()
 	start := time.Now()
 	var certain func([]nodeReply) bool
@@ -559,6 +562,9 @@ func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expi
 		ttl = time.Until(e.At)
 	}
 	args = append(args, cond.Options()...)
+	if err := b.coverTTL(ctx, ttl); err != nil { // the horizon marker first (marker.go)
+		return false, err
+	}
 	defer b.lockKeys(key)()
 	start := time.Now()
 	ok, err := b.voteBool(b.do(ctx, db, args...))
@@ -600,7 +606,7 @@ func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool)
 // DBSize implements backend.KeySpace: the median of the nodes' counts
 // (keys on a minority of nodes make the count approximate by nature).
 func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
-	replies := b.do(ctx, db, "dbsize")
+	replies := b.do(ctx, db, dbsizeArgs(db)...) // leaves the horizon marker out (marker.go)
 	var n []int64
 	for _, r := range replies {
 		if v, ok := one(r); ok && v.Kind == backend.KindInt {

@@ -70,11 +70,12 @@ type Backend struct {
 	health  []health
 	replies *prometheus.HistogramVec // per node: see metrics.go
 	maxTTL  atomic.Int64             // the longest TTL granted, as a Duration
+	hz      horizon                  // the horizon markers on the nodes (marker.go)
 
 	classes    luascripts.Classes // what each script does (classify.go)
 	pending    pendingUndos       // undos not known to have run (pending.go)
 	lp         loops              // the event loops' node connections (loop.go)
-	late       lateWork           // undos of writes reported after their operation ended (undoLate)
+	late       lateWork           // work that must not block a loop or a reader: late undos, horizon raises
 	repairs    repairQueue        // keys whose node connection broke unanswered (repair.go)
 	repairDone chan struct{}
 	stop       chan struct{}
@@ -145,6 +146,9 @@ func New(cfg Config) (*Backend, error) {
 	if len(cfg.Nodes) == 0 {
 		return nil, errors.New("quorum: no nodes")
 	}
+	if err := checkNodeList(cfg.Nodes); err != nil {
+		return nil, err
+	}
 	b := &Backend{repairs: repairQueue{wake: make(chan struct{}, 1)}, cfg: cfg, q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram(), health: make([]health, len(cfg.Nodes))}
 	for i, a := range cfg.Nodes {
 		opt, err := nodeOptions(a, cfg)
@@ -155,19 +159,25 @@ func New(cfg Config) (*Backend, error) {
 			replies: b.replies.WithLabelValues(opt.Addr), onRunID: func(id string) { b.noteRunID(i, id) },
 			index: i, pending: &b.pending, repairs: &b.repairs})
 	}
+	b.stop, b.done = make(chan struct{}), make(chan struct{})
+	b.initHorizon()
 	// Database 0's streams connect now (a node down is a node down, not a
 	// failure to start); the others on first use.
 	for _, n := range b.nodes {
 		<-n.stream(0, &b.cfg).ready
 	}
-	b.stop, b.done = make(chan struct{}), make(chan struct{})
 	b.checkAll()
+	b.hz.ready.Store(true)
 	go b.monitor()
 	b.repairDone = make(chan struct{})
 	go func() {
 		defer close(b.repairDone)
 		b.repairLoop(b.stop)
 	}()
+	if err := b.checkRunIDs(); err != nil {
+		b.Close(context.Background())
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -207,8 +217,9 @@ func (b *Backend) Close(context.Context) error {
 	<-b.done
 	<-b.repairDone
 	b.late.close()
-	b.closeLoops()
 	var errs *multierror.Error
+	errs = multierror.Append(errs, b.closeHorizon())
+	b.closeLoops()
 	for _, n := range b.nodes {
 		n.close()
 		errs = multierror.Append(errs, n.client.Close())

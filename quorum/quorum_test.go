@@ -120,7 +120,10 @@ func TestAcquireEverySubset(t *testing.T) {
 				direct[i] = redis.NewClient(&redis.Options{Addr: nd.Addr})
 				defer direct[i].Close()
 			}
-			dead := testsrv.DeadAddr(t)
+			dead := make([]string, n) // one per place: a node list naming one address twice is refused
+			for i := range dead {
+				dead[i] = testsrv.DeadAddr(t)
+			}
 			q := n/2 + 1
 			states := []string{"up", "down", "paused", "held"}
 			combos := 1
@@ -147,7 +150,7 @@ func TestAcquireEverySubset(t *testing.T) {
 					case "up":
 						up++
 					case "down":
-						addrs[i] = dead
+						addrs[i] = dead[i]
 					case "held":
 						held++
 						direct[i].Set(t.Context(), key, "other", time.Minute)

@@ -13,6 +13,7 @@ import (
 // health is what the monitor knows of one node.
 type health struct {
 	mu         sync.Mutex
+	checkMu    sync.Mutex // one check of the node at a time, read to decision (checkNodes)
 	runID      string
 	persistent bool // appendonly yes with appendfsync always: it keeps what it acknowledged
 	warnings   []string
@@ -20,11 +21,13 @@ type health struct {
 	reachable  bool
 
 	qUntil      atomic.Int64 // votes are ignored until then (Unix nanoseconds; read without mu)
+	unvetted    atomic.Bool  // not read since New or since its last new run_id: no vote (marker.go)
+	qLogged     bool         // the end of its last quarantine has been logged
+	horizon     int64        // its marker's ttl_ms at the last read; -1: absent or unknown
 	streamRunID string       // the run_id the node's stream connections last saw
 	// restartRunID is the run_id of the last restart seen (quarantined for
-	// once); qLogged says that its quarantine's end has been logged.
+	// once).
 	restartRunID string
-	qLogged      bool
 
 	// From the node's INFO at the last check that reached it.
 	checkRTT     time.Duration // how long that INFO took
@@ -38,7 +41,26 @@ type health struct {
 func (b *Backend) quarantined(i int) bool { return b.health[i].quarantinedAt(time.Now()) }
 
 // quarantinedAt reports whether the node is kept out of votes at now.
-func (h *health) quarantinedAt(now time.Time) bool { return now.UnixNano() < h.qUntil.Load() }
+func (h *health) quarantinedAt(now time.Time) bool {
+	return h.unvetted.Load() || now.UnixNano() < h.qUntil.Load()
+}
+
+// quarantine keeps node i out of votes for d from now, or longer when it
+// already is (a quarantine is never shortened). Under h.mu.
+func (b *Backend) quarantine(i int, d time.Duration, why string) {
+	if d <= 0 {
+		return
+	}
+	h := &b.health[i]
+	end := time.Now().Add(d).UnixNano()
+	if end <= h.qUntil.Load() {
+		return
+	}
+	h.qUntil.Store(end)
+	h.qLogged = false
+	b.cfg.Logger.Warn("quorum node kept out of votes: it may have forgotten locks", "node", b.nodes[i].addr,
+		"for", d.Round(time.Millisecond).String(), "why", why)
+}
 
 // restarted keeps node i, seen to restart, out of votes for the longest
 // TTL granted: what it may have forgotten. Under its health's mu.
@@ -51,8 +73,10 @@ func (b *Backend) restarted(i int, runID string) {
 		return
 	}
 	h.restartRunID = runID
-	d := time.Duration(b.maxTTL.Load())
-	h.qUntil.Store(time.Now().Add(d).UnixNano())
+	d := b.horizonTTL()
+	if end := time.Now().Add(d).UnixNano(); end > h.qUntil.Load() {
+		h.qUntil.Store(end)
+	}
 	h.qLogged = false
 	b.cfg.Logger.Warn("quorum node restarted: kept out of votes for the longest TTL it may have forgotten",
 		"node", b.nodes[i].addr, "for", d.String())
@@ -62,7 +86,7 @@ func (b *Backend) restarted(i int, runID string) {
 // monitor calls it on each check, with h.mu held).
 func (b *Backend) logQuarantineEnd(i int, now time.Time) {
 	h := &b.health[i]
-	if h.restartRunID != "" && !h.qLogged && !h.quarantinedAt(now) {
+	if !h.qLogged && h.qUntil.Load() != 0 && !h.quarantinedAt(now) {
 		h.qLogged = true
 		b.cfg.Logger.Info("quorum node's quarantine ended: it votes again", "node", b.nodes[i].addr)
 	}
@@ -80,6 +104,12 @@ func (b *Backend) noteRunID(i int, runID string) {
 		b.restarted(i, runID)
 	}
 	h.streamRunID = runID
+	if h.runID != runID { // never read, or a new process: read it now (marker.go)
+		if h.runID != "" {
+			h.unvetted.Store(true) // even one that persists: it may have lost its disk
+		}
+		b.vetSoon(i)
+	}
 }
 
 // noteTTL records the longest TTL granted, which bounds what a restarted
@@ -108,43 +138,77 @@ func (b *Backend) monitor() {
 	}
 }
 
-// checkAll reads every node's persistence and eviction settings and its
-// run_id, and quarantines a node seen to restart: Redlock's delayed
-// restart, for as long as the longest TTL granted, unless the node persists
-// every write (appendfsync always).
+// checkAll reads every node's persistence and eviction settings, run_id
+// and horizon marker, and keeps out of votes a node that may have
+// forgotten locks: Redlock's delayed restart (marker.go).
 func (b *Backend) checkAll() {
-	var wg sync.WaitGroup
-	for i := range b.nodes {
-		wg.Go(func() { b.check(i) })
+	all := make([]int, len(b.nodes))
+	for i := range all {
+		all[i] = i
 	}
-	wg.Wait()
+	b.checkNodes(all)
 }
 
-func (b *Backend) check(i int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*b.cfg.NodeTimeout)
-	defer cancel()
-	n, h := b.nodes[i], &b.health[i]
-	c := n.client
-	start := time.Now()
-	info, err := c.Info(ctx).Result() // the default sections: server, stats, keyspace (Redis 6 takes one section name at most)
-	rtt := time.Since(start)
-	var cfg map[string]string
-	if err == nil {
-		cfg, err = c.ConfigGet(ctx, "*").Result()
+// checkNodes reads the nodes idx (ascending), then decides on each with
+// what all the readings say of the horizon, then writes the markers that
+// are missing or behind. One check of a node at a time: a decision never
+// rests on a reading older than the last one decided on.
+func (b *Backend) checkNodes(idx []int) {
+	for _, i := range idx {
+		b.health[i].checkMu.Lock()
+		defer b.health[i].checkMu.Unlock()
 	}
+	reads := make([]reading, len(b.nodes))
+	var wg sync.WaitGroup
+	for _, i := range idx {
+		wg.Go(func() { reads[i] = b.read(i) })
+	}
+	wg.Wait()
+	others := b.hz.any.Load() // a marker seen before: for a node met for the first time
+	var round bool            // a node of this round has the marker
+	for _, i := range idx {
+		b.learn(reads[i])
+		round = round || reads[i].err == nil && reads[i].has
+	}
+	writes := make([]*markerWrite, len(b.nodes))
+	have := make([]int64, len(b.nodes))
+	for i := range have {
+		have[i] = -1
+	}
+	for _, i := range idx {
+		writes[i] = b.check(i, reads[i], others || round, round)
+		if r := reads[i]; r.err == nil && r.has {
+			have[i] = r.ttl.Milliseconds()
+		}
+	}
+	b.writeMarkers(writes, have)
+}
+
+// check takes in one node's reading: its settings and counters, a
+// restart or first contact, and says what to write to its marker (nil:
+// nothing). others says that another node has the marker (or had it when
+// last read, for a node met for the first time); round, that one of the
+// nodes just read has it.
+func (b *Backend) check(i int, r reading, others, round bool) *markerWrite {
+	n, h := b.nodes[i], &b.health[i]
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err != nil {
+	if r.err != nil {
 		if h.reachable || !h.checked { // a node down from the start is said too, once
-			b.cfg.Logger.Warn("quorum node unreachable", "node", n.addr, "err", err)
+			b.cfg.Logger.Warn("quorum node unreachable", "node", n.addr, "err", r.err)
 		}
 		h.reachable, h.checked = false, true
-		return
+		return nil
 	}
 	h.reachable, h.checked = true, true
-	h.checkRTT = rtt
-	runID := infoField(info, "run_id")
+	h.checkRTT = r.rtt
+	runID, info, cfg := r.runID, r.info, r.cfg
 	h.keys = infoKeys(info)
+	h.horizon = -1
+	if r.has {
+		h.keys-- // the marker is no lock
+		h.horizon = r.ttl.Milliseconds()
+	}
 	if raw, err := strconv.ParseUint(infoField(info, "expired_keys"), 10, 64); err == nil {
 		switch {
 		case !h.seen:
@@ -166,11 +230,40 @@ func (b *Backend) check(i int) {
 		warn = append(warn, fmt.Sprintf("node %s: maxmemory-policy %s: the node may evict held locks (use noeviction)", n.addr, p))
 	}
 	h.warnings = warn
-	if h.runID != "" && runID != h.runID && !h.persistent {
-		b.restarted(i, runID)
+	H := b.horizonTTL()
+	var d time.Duration
+	switch restart := h.runID != "" && runID != h.runID; {
+	case h.runID == "" || restart || h.unvetted.Load():
+		var why string
+		d, why = firstContact(r, h.persistent, restart, others, H)
+		if restart && !h.persistent {
+			b.restarted(i, runID) // logged once, whoever sees it first
+		} else {
+			b.quarantine(i, d, why)
+		}
+	case !r.has && round: // the same process lost the marker the others have
+		d = H
+		b.quarantine(i, d, "it lacks the horizon marker other nodes have without having restarted: it lost its data (FLUSHALL?)")
+	case !r.has:
+		b.cfg.Logger.Warn("quorum: no node has the horizon marker any more (deleted through a client?): writing it again",
+			"node", n.addr)
 	}
 	h.runID = runID
+	if h.streamRunID == "" || h.streamRunID == runID { // else a stream met a newer process: read again
+		h.unvetted.Store(false)
+	}
 	b.logQuarantineEnd(i, time.Now())
+	switch {
+	case !r.has:
+		w := &markerWrite{ttl: H.Milliseconds(), run: runID}
+		if d > 0 { // it holds every lock it acknowledges from when its quarantine ends
+			w.clean = (r.uptime + time.Second + d).Milliseconds()
+		}
+		return w
+	case r.ttl < H:
+		return &markerWrite{ttl: H.Milliseconds(), run: runID}
+	}
+	return nil
 }
 
 // infoKeys sums the keys of every database in an INFO keyspace section

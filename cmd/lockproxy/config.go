@@ -15,6 +15,7 @@ import (
 	"github.com/lockproxy/lockproxy/migrate"
 	"github.com/lockproxy/lockproxy/pgbridge"
 	"github.com/lockproxy/lockproxy/proxy"
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // Config is lockproxy's configuration. Precedence: defaults < config file <
@@ -160,6 +161,7 @@ func (c Config) validate() []string {
 		if len(c.nodes()) == 0 {
 			add("quorum-nodes", "empty while backend is quorum", "list 3 or more independent Redis nodes, e.g. 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379")
 		}
+		seen := map[string]int{} // node index by the address it reaches
 		for i, n := range c.nodes() {
 			if strings.Contains(n, "://") {
 				if _, err := redis.ParseURL(n); err != nil {
@@ -168,12 +170,22 @@ func (c Config) validate() []string {
 						err = ue.Err
 					}
 					add("quorum-nodes", fmt.Sprintf("node %d is not a valid redis:// or rediss:// URL: %v", i+1, err), "e.g. redis://host:6379 or rediss://user:pass@host:6380")
+					continue
 				}
+			} else if _, _, err := net.SplitHostPort(n); err != nil {
+				add("quorum-nodes", fmt.Sprintf("%q is not host:port", n), "e.g. 127.0.0.1:6379 or redis://host:port")
 				continue
 			}
-			if _, _, err := net.SplitHostPort(n); err != nil {
-				add("quorum-nodes", fmt.Sprintf("%q is not host:port", n), "e.g. 127.0.0.1:6379 or redis://host:port")
+			a, err := quorum.NodeAddr(n) // the port's range; the form two entries for one address share
+			if err != nil {
+				add("quorum-nodes", fmt.Sprintf("node %d: %v", i+1, err), "a TCP port is 1 to 65535, e.g. 127.0.0.1:6379")
+				continue
 			}
+			if j, dup := seen[a]; dup {
+				add("quorum-nodes", fmt.Sprintf("nodes %d and %d are both %s: one Redis would cast two votes", j+1, i+1, a), "list each node once")
+				continue
+			}
+			seen[a] = i
 		}
 	case "postgres":
 		if c.PostgresDSN == "" {

@@ -110,6 +110,9 @@ func TestValidationMessages(t *testing.T) {
 		{"backend unknown", func(c *Config) { c.Backend = "etcd" }, `backend: unknown backend "etcd" (use memory, quorum or postgres)`},
 		{"quorum without nodes", func(c *Config) { c.Backend = "quorum" }, `quorum-nodes: empty while backend is quorum (list 3 or more independent Redis nodes, e.g. 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379)`},
 		{"quorum bad node", func(c *Config) { c.Backend, c.QuorumNodes = "quorum", "a:1,nope" }, `quorum-nodes: "nope" is not host:port (e.g. 127.0.0.1:6379 or redis://host:port)`},
+		{"quorum port range", func(c *Config) { c.Backend, c.QuorumNodes = "quorum", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:70003" }, `quorum-nodes: node 3: port "70003" of "127.0.0.1:70003" is not in 1..65535 (a TCP port is 1 to 65535, e.g. 127.0.0.1:6379)`},
+		{"quorum node twice", func(c *Config) { c.Backend, c.QuorumNodes = "quorum", "a:1,a:1,b:1" }, `quorum-nodes: nodes 1 and 2 are both a:1: one Redis would cast two votes (list each node once)`},
+		{"quorum node twice as URL", func(c *Config) { c.Backend, c.QuorumNodes = "quorum", "10.0.0.1:6379,redis://u:secret@10.0.0.1,b:1" }, `quorum-nodes: nodes 1 and 2 are both 10.0.0.1:6379: one Redis would cast two votes (list each node once)`},
 		{"postgres without dsn", func(c *Config) { c.Backend = "postgres" }, `postgres-dsn: empty while backend is postgres (e.g. postgres://lockproxy@db.internal:5432/locks)`},
 		{"schema", func(c *Config) { c.Backend, c.PostgresDSN, c.PostgresSchema = "postgres", "postgres://x", "a-b" }, `postgres-schema: "a-b" is not a plain identifier (letters, digits and _, e.g. lockproxy)`},
 		{"quorum timeout", func(c *Config) { c.QuorumTimeout = "x" }, `quorum-node-timeout: "x" is not a positive duration (e.g. 10s or 500ms)`},
@@ -396,5 +399,20 @@ func TestDataPathTLS(t *testing.T) {
 	}
 	if w := c.warnings(); len(w) != 0 {
 		t.Fatalf("warnings with TLS on the default data path = %q; want none", w)
+	}
+}
+
+// TestCheckConfigQuorumNodes: --check-config refuses a port out of range
+// and a node listed twice, naming the key and the fix (issue 23).
+func TestCheckConfigQuorumNodes(t *testing.T) {
+	for nodes, want := range map[string]string{
+		"127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:70003": `quorum-nodes: node 3: port "70003" of "127.0.0.1:70003" is not in 1..65535 (a TCP port is 1 to 65535, e.g. 127.0.0.1:6379)`,
+		"a:1,a:1,b:1": `quorum-nodes: nodes 1 and 2 are both a:1: one Redis would cast two votes (list each node once)`,
+	} {
+		var stderr strings.Builder
+		err := run(t.Context(), []string{"--backend", "quorum", "--quorum-nodes", nodes, "--check-config"}, nil, io.Discard, &stderr)
+		if !errors.Is(err, errInvalidConfig) || strings.TrimSpace(stderr.String()) != want {
+			t.Errorf("--quorum-nodes %s --check-config = %v\n%s\nwant %s", nodes, err, stderr.String(), want)
+		}
 	}
 }
