@@ -10,17 +10,18 @@
 //     otherwise TRYAGAIN. No false OK, no false nil.
 //   - An operation ends as soon as its outcome is certain (a majority
 //     agreed); a reply that comes later is judged against what the client
-//     was told (op.onLate), and a write or a created key it was not told of
-//     is undone there. Undos are owner-checked deletes and go only to nodes
-//     that said they wrote, never to one that refused: values are not
-//     always unique.
+//     was told (op.onLate): a write or a created key it was not told of is
+//     repaired there (below), never deleted blind — other nodes may have run
+//     it late too, and a read may have seen it. Undos before the answer are
+//     owner-checked deletes and go only to nodes that said they wrote, never
+//     to one that refused: values are not always unique.
 //   - This proxy's operations on one key reach every node in one order:
 //     each holds its keys' stripes from send to decision (stripe.go). No
 //     write of a key and token goes to a node while an undo of that pair
 //     is pending there on another connection (pending.go).
-//   - A key a lost connection may have left on a node is repaired once the
-//     node is back, deleted there only when Q other nodes answered without
-//     it (repair.go). A call's connection is broken only after a grace of
+//   - A key a lost connection or a late reply may have left on a node is
+//     repaired once the node is reachable, deleted there only when Q other
+//     nodes answered without it: no majority can see it (repair.go). A call's connection is broken only after a grace of
 //     at least a second past its deadline, so brief pauses lose no reply.
 //   - A node that may have forgotten locks (its run_id changed, or on
 //     first contact its horizon marker is missing or its uptime is below

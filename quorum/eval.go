@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -54,9 +55,7 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 				})
 				return
 			}
-			if c := lateCreated(keys, args, w, v, failed, vals, lerr); c != nil {
-				b.late.Go(func() { b.undoCreatedOn(lctx, db, i, c) })
-			}
+			b.repairs.add(i, db, lateCreated(keys, args, w, v, failed, vals, lerr))
 		}
 		o.onLate(late)
 	}
@@ -88,11 +87,11 @@ func (b *Backend) evalCertain(replies []nodeReply, at int) bool {
 }
 
 // lateCreated returns the keys a script created on a node whose reply came
-// after the vote ended, when they are to be removed: every key it created
-// there, unless its reply is the one the client was told (told, and the
-// vote did not fail). A node that never answers (err) is left alone, as a
-// late SET is (lateWrote).
-func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value, failed bool, vals []backend.Value, err error) map[string]string {
+// after the vote ended and whose client was not told of it: every key it
+// created there, unless its reply is the one the client was told (told,
+// and the vote did not fail). They are repaired, not undone, for the
+// reason lateWrote gives.
+func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value, failed bool, vals []backend.Value, err error) []string {
 	if w != watchKeys || err != nil || len(vals) != 3+len(keys) {
 		return nil
 	}
@@ -100,31 +99,7 @@ func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value
 	if len(c) == 0 || (!failed && sameValue(vals[1], told)) {
 		return nil
 	}
-	return c
-}
-
-// undoCreatedOn removes the keys in c from node i where they still hold
-// the values in c (owner-checked deletes).
-func (b *Backend) undoCreatedOn(ctx context.Context, db, i int, c map[string]string) {
-	r := undoCreatedRequest(c)
-	b.fanout(ctx, db, func(j int) *req {
-		if j == i {
-			return r
-		}
-		return nil
-	}, nil)
-}
-
-// undoCreatedRequest is the owner-checked deletes of the keys in c (key →
-// the value the script wrote).
-func undoCreatedRequest(c map[string]string) *req {
-	r := &req{}
-	for k, tok := range c {
-		// Rare: EVAL, not worth a NOSCRIPT round.
-		runScript(&r.cmds, delIfScript, true, []string{k}, []byte(tok), []byte("eq"))
-		r.undo = append(r.undo, undoRec{key: k, token: tok})
-	}
-	return r
+	return slices.Collect(maps.Keys(c))
 }
 
 // evalPlan is how a script is sent under w: build makes each node's

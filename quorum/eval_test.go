@@ -58,7 +58,8 @@ func TestFailedScriptAcquireIsUndone(t *testing.T) {
 		t.Fatalf("acquire over free keys = %v, %v; want :2", v, err)
 	}
 	for i := range direct {
-		if n, _ := direct[i].Exists(ctx, "c", "d").Result(); n != 2 {
+		var n int64
+		if !settled(func() bool { n, _ = direct[i].Exists(ctx, "c", "d").Result(); return n == 2 }) {
 			t.Errorf("node %d lost keys of a granted acquire (%d of 2)", i, n)
 		}
 	}

@@ -33,6 +33,9 @@ type req struct {
 	// repair are the keys of a lock operation: repaired on a node whose
 	// connection breaks before it answers (repair.go).
 	repair []string
+	// quiet: the proxy's own background work (a repair), whose node
+	// failures are not the clients' and are not counted.
+	quiet bool
 	// writes are the key and token pairs the request may write: not sent
 	// to a node where a delete of one is pending (pendingUndos).
 	writes []undoRec
@@ -50,6 +53,7 @@ type op struct {
 	wake    chan struct{}
 	onLast  *lop // instead of wake, on an event loop (loop_op.go): its progress runs after each reply (a pointer, not a func: a method value would cost an allocation per operation)
 	eager   bool // wake the waiter at every reply, not only the last (fanoutUntil)
+	quiet   bool // its node failures are not counted (req.quiet)
 
 	// Replies that come after the operation ended (its outcome was
 	// certain before every node answered, or its deadline passed) for a
@@ -153,6 +157,7 @@ func (b *Backend) fanoutUntil(ctx context.Context, db int, reqFor func(i int) *r
 			o.deliver(i, nil, errUndoPending)
 			return
 		}
+		o.quiet = o.quiet || r.quiet
 		cl := &call{o: o, c: s, node: i, n: r.cmds.N, vals: make([]backend.Value, 0, r.cmds.N), undo: r.undo, repair: r.repair, sent: time.Now()}
 		o.calls[i] = cl
 		b.pending.add(s, i, db, r.undo, 1)
@@ -270,7 +275,9 @@ func (o *op) retries(again func(i int, r nodeReply) *req, retried *[]bool) (retr
 // failures, and every node's failure is counted.
 func (b *Backend) settle(o *op) {
 	o.dropQuarantined(b)
-	b.countFailures(o.replies)
+	if !o.quiet {
+		b.countFailures(o.replies)
+	}
 }
 
 // dropQuarantined turns the replies of nodes quarantined while the

@@ -299,7 +299,7 @@ func (lo *lop) lateFromNowOn() {
 
 // lateReply judges node i's reply that came after the operation ended
 // against what the client was told, on the loop: a write or a created key
-// the client was not told of is undone there; a script the node did not
+// the client was not told of is repaired there (lateWrote); a script the node did not
 // know is run there now, as it would have been before the vote ended, and
 // judged the same way.
 func (lo *lop) lateReply(i int, vals []backend.Value, err error) {
@@ -307,8 +307,7 @@ func (lo *lop) lateReply(i int, vals []backend.Value, err error) {
 	switch lo.kind {
 	case kindSet:
 		if lateWrote(lo.granted, vals, err, true) {
-			ur, uagain := undoRequest(lo.key, lo.token)
-			ql.run(lo.db, only(i, ur), uagain, time.Time{}, func([]nodeReply, time.Duration) {})
+			ql.b.repairs.add(i, lo.db, []string{lo.key})
 		}
 	case kindEval:
 		if at := scriptAt(lo.watch); err == nil && len(vals) > at && noScript(vals[at]) {
@@ -318,9 +317,7 @@ func (lo *lop) lateReply(i int, vals []backend.Value, err error) {
 			})
 			return
 		}
-		if c := lateCreated(lo.keys, lo.args, lo.watch, lo.told, lo.failed, vals, err); c != nil {
-			ql.run(lo.db, only(i, undoCreatedRequest(c)), nil, time.Time{}, func([]nodeReply, time.Duration) {})
-		}
+		ql.b.repairs.add(i, lo.db, lateCreated(lo.keys, lo.args, lo.watch, lo.told, lo.failed, vals, err))
 	}
 }
 

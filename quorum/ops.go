@@ -140,7 +140,7 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 		if op.awaitsLate() {
 			op.onLate(func(i int, vals []backend.Value, err error) {
 				if lateWrote(granted, vals, err, plain) {
-					b.undoLate(ctx, db, i, key, token)
+					b.repairs.add(i, db, []string{key})
 				}
 			})
 		}
@@ -164,13 +164,15 @@ func (b *Backend) setCertain(replies []nodeReply, plain bool) bool {
 }
 
 // lateWrote reports whether a reply that came after an acquire ended says
-// the node wrote the token while the client was told it did not get the
-// lock: that write is to be undone. A node that never answers (err: its
-// connection broke) is left alone: whether it wrote is unknown, and an
-// owner-checked delete could remove another holder's lock that carries the
-// same value (docs/quorum.md: values that are not unique). Such a write,
-// if it happened, holds the key on that node until its TTL ends: it costs
-// that node's vote for the key, never a second holder.
+// the node wrote the token while the client was not told it got the lock.
+// That write is not undone at once: other nodes may have run the same
+// acquire late too, and a majority read may have seen it meanwhile; an
+// undo would then make a value vanish that a read returned (the acquire's
+// outcome was unknown to its client: it may have taken effect, and then
+// it stays until its owner releases it or its TTL ends). The key is
+// repaired instead (repair.go), which deletes it there only while no
+// majority can see it. A node that never answers (err) is repaired when
+// its connection breaks.
 func lateWrote(granted bool, vals []backend.Value, err error, plain bool) bool {
 	if granted || err != nil || len(vals) == 0 {
 		return false
@@ -365,17 +367,6 @@ func (b *Backend) undoWrites(ctx context.Context, db int, key string, token []by
 		}
 		return nil
 	}, again)
-}
-
-// undoLate deletes key where it holds token on node i, for a write that
-// node reported after its operation ended (a stream's reader goroutine
-// calls it, which must not wait: the delete goes out on a goroutine that
-// Close waits for).
-func (b *Backend) undoLate(ctx context.Context, db, i int, key string, token []byte) {
-	on := make([]bool, len(b.nodes))
-	on[i] = true
-	token = bytes.Clone(token)
-	b.late.Go(func() { b.undoWrites(context.WithoutCancel(ctx), db, key, token, on) })
 }
 
 // undoRequest is the owner-checked delete an undo sends every node, and

@@ -21,12 +21,12 @@ import (
 //
 // So the keys of those operations are repaired instead, each under its
 // stripe (this proxy's operations on the key wait meanwhile): the key is
-// read on every node, and the value the broken node holds is deleted there
-// (owner-checked) only when Q other nodes answered and none of them holds
-// it. Any majority of the N nodes that includes the broken one has another
-// member among any Q others, so a value none of them holds is not a lock
-// anyone holds. The repair waits for the node to be reachable again,
-// retrying for a minute at most.
+// read on every node, and the value the node holds is deleted there
+// (owner-checked) only when the nodes that hold it and those that did not
+// answer are fewer than Q together: then no majority holds it, and no
+// majority read can return it, so its deletion changes nothing a client
+// can see. The repair waits for the node to be reachable again, retrying
+// for a minute at most.
 //
 // What it does not cover: another lockproxy instance, or a client talking
 // to the nodes directly, granting the same key with the same value between
@@ -122,7 +122,7 @@ func (b *Backend) repairKey(rk repairKey) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*b.cfg.NodeTimeout)
 	defer cancel()
 	defer b.lockKeys(rk.key)()
-	r := &req{}
+	r := &req{quiet: true}
 	r.cmds.Strs("get", rk.key)
 	replies := b.fanout(ctx, rk.db, same(r), nil)
 	held, ok := one(replies[rk.node])
@@ -132,21 +132,26 @@ func (b *Backend) repairKey(rk repairKey) bool {
 	if held.Kind != backend.KindBulk {
 		return true // absent, or not a string: nothing a lock left
 	}
-	others := 0
-	for j, nr := range replies {
+	// The nodes that hold it, and those that did not answer and might:
+	// fewer than Q together, and no majority can hold it or see it.
+	holders, unknown := 0, 0
+	for _, nr := range replies {
 		v, ok := one(nr)
-		if j == rk.node || !ok {
-			continue
+		switch {
+		case !ok:
+			unknown++
+		case v.Kind == backend.KindBulk && string(v.Str) == string(held.Str):
+			holders++
 		}
-		if v.Kind == backend.KindBulk && string(v.Str) == string(held.Str) {
-			return true // held elsewhere too: possibly a lock, kept
-		}
-		others++
 	}
-	if others < b.q {
-		return false
+	if holders >= b.q {
+		return true // a majority holds it: a lock, kept
+	}
+	if holders+unknown >= b.q {
+		return false // it might be one: asked again later
 	}
 	ur, again := undoRequest(rk.key, held.Str)
+	ur.quiet = true
 	b.fanout(ctx, rk.db, only(rk.node, ur), again)
 	return true
 }

@@ -28,7 +28,7 @@ import (
 // modelFaultTTL is far beyond the run, so nothing expires.
 const (
 	modelFaultClients = 4
-	modelFaultGroups  = 6
+	modelFaultGroups  = 12
 	modelFaultRun     = 8 * time.Second
 	modelFaultTTL     = "120000"
 )
