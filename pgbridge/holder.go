@@ -427,117 +427,16 @@ func (h *holder) ping(conn *pgx.Conn) error {
 // ran in one implicit transaction, so its row changes are undone, and the
 // locks go with the session.
 func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
-	var pb pgx.Batch
-	run := batch[:0:0]
-	var acq, rel, stmts []*query
-	var held error // the quarantine, once asked
-	asked := false
-	for _, q := range batch {
-		if q.want != 0 && q.want != gen {
-			q.err = errLost
-			close(q.done)
-			continue
-		}
-		if q.kind == qAcquire || q.locks {
-			if !asked {
-				held, asked = h.a.quarantined(), true
-			}
-			if held != nil {
-				q.err = held
-				close(q.done)
-				continue
-			}
-		}
-		switch q.kind {
-		case qAcquire:
-			acq = append(acq, q)
-		case qRelease:
-			rel = append(rel, q)
-		default:
-			stmts = append(stmts, q)
-		}
-		run = append(run, q)
-	}
+	run, acq, rel, stmts := h.admit(gen, batch)
 	if len(run) == 0 {
 		return nil
 	}
-	// The statements of one batch are for different keys (an operation
-	// holds its keys' stripes until its statement is done), so their order
-	// does not matter.
-	relRows := anyRow(rel)
-	if len(rel) > 0 {
-		sql := h.sql.release
-		if relRows {
-			sql = h.sql.releaseRows
-		}
-		pb.Queue(sql, releaseArgs(rel, relRows)...)
-	}
-	var raise int64 // the session's new rowless_until_ms, if it must rise
-	var need int64  // the latest deadline of a deferred acquire (0: none)
-	if len(acq) > 0 {
-		pb.Queue(h.sql.acquire, h.acquireArgs(acq)...)
-		for _, q := range acq {
-			if q.deferred {
-				need = max(need, q.dl)
-			}
-		}
-		if need > h.until { // in the grant's transaction: before any client hears OK
-			raise = addMS(need, rowlessSlack.Milliseconds())
-			pb.Queue(h.sql.raise, raise-nowMS())
-		}
-		if need > 0 {
-			pb.Queue(h.sql.check, checkArgs(acq)...)
-		} else {
-			pb.Queue(h.sql.checkDead)
-		}
-	}
-	for _, q := range stmts {
-		pb.Queue(q.sql, q.args...)
-	}
+	var pb pgx.Batch
+	raise, need := h.queueBatch(&pb, acq, rel, stmts)
 	ctx, cancel := context.WithTimeout(context.Background(), h.a.b.cfg.OpTimeout)
 	defer cancel()
 	br := conn.SendBatch(ctx, &pb)
-	var first error
-	note := func(err error) {
-		if err != nil && first == nil {
-			first = err
-		}
-	}
-	if len(rel) > 0 {
-		note(readRows(br, rel, func(q *query, ok bool, _ int64) error {
-			if !ok {
-				return errors.New("pg_advisory_unlock: the holder session did not hold the lock")
-			}
-			return nil
-		}))
-	}
-	if len(acq) > 0 {
-		note(readRows(br, acq, func(q *query, ok bool, id int64) error {
-			q.ok, q.id = ok, id
-			return nil
-		}))
-		if raise != 0 {
-			var one int
-			if err := br.QueryRow().Scan(&one); errors.Is(err, pgx.ErrNoRows) {
-				note(errors.New("the holder session's row in the sessions table is gone"))
-			} else {
-				note(err)
-			}
-		}
-		if need > 0 {
-			note(readChecks(br, acq))
-		} else {
-			note(readDeadCheck(br, acq))
-		}
-	}
-	for _, q := range stmts {
-		if q.scan != nil {
-			q.err = q.scan(br.QueryRow())
-		} else {
-			_, q.err = br.Exec()
-		}
-		note(q.err)
-	}
+	first := readBatch(br, acq, rel, stmts, raise != 0, need > 0)
 	if err := br.Close(); err != nil && first == nil {
 		first = err
 	}
@@ -568,6 +467,128 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 	for _, q := range run {
 		q.gen = gen
 		close(q.done)
+	}
+	return first
+}
+
+// admit answers at once the statements of a batch that cannot run (for an
+// earlier session, or refused by the quarantine) and sorts the rest: run
+// is every statement that runs, acq the acquires, rel the releases, stmts
+// the others.
+func (h *holder) admit(gen uint64, batch []*query) (run, acq, rel, stmts []*query) {
+	run = batch[:0:0]
+	var held error // the quarantine, once asked
+	asked := false
+	for _, q := range batch {
+		if q.want != 0 && q.want != gen {
+			q.err = errLost
+			close(q.done)
+			continue
+		}
+		if q.kind == qAcquire || q.locks {
+			if !asked {
+				held, asked = h.a.quarantined(), true
+			}
+			if held != nil {
+				q.err = held
+				close(q.done)
+				continue
+			}
+		}
+		switch q.kind {
+		case qAcquire:
+			acq = append(acq, q)
+		case qRelease:
+			rel = append(rel, q)
+		default:
+			stmts = append(stmts, q)
+		}
+		run = append(run, q)
+	}
+	return run, acq, rel, stmts
+}
+
+// queueBatch queues a batch's statements: the releases, the acquires with
+// the session's rowless_until_ms raise they need (raise: its new value, 0
+// for none; need: the latest deadline of a deferred acquire, 0 for none)
+// and their check, then the rest. The statements of one batch are for
+// different keys (an operation holds its keys' stripes until its
+// statement is done), so their order does not matter.
+func (h *holder) queueBatch(pb *pgx.Batch, acq, rel, stmts []*query) (raise, need int64) {
+	if len(rel) > 0 {
+		relRows := anyRow(rel)
+		sql := h.sql.release
+		if relRows {
+			sql = h.sql.releaseRows
+		}
+		pb.Queue(sql, releaseArgs(rel, relRows)...)
+	}
+	if len(acq) > 0 {
+		pb.Queue(h.sql.acquire, h.acquireArgs(acq)...)
+		for _, q := range acq {
+			if q.deferred {
+				need = max(need, q.dl)
+			}
+		}
+		if need > h.until { // in the grant's transaction: before any client hears OK
+			raise = addMS(need, rowlessSlack.Milliseconds())
+			pb.Queue(h.sql.raise, raise-nowMS())
+		}
+		if need > 0 {
+			pb.Queue(h.sql.check, checkArgs(acq)...)
+		} else {
+			pb.Queue(h.sql.checkDead)
+		}
+	}
+	for _, q := range stmts {
+		pb.Queue(q.sql, q.args...)
+	}
+	return raise, need
+}
+
+// readBatch reads a batch's results in queueBatch's order into its
+// statements, and returns the first error.
+func readBatch(br pgx.BatchResults, acq, rel, stmts []*query, raised, deferred bool) error {
+	var first error
+	note := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if len(rel) > 0 {
+		note(readRows(br, rel, func(q *query, ok bool, _ int64) error {
+			if !ok {
+				return errors.New("pg_advisory_unlock: the holder session did not hold the lock")
+			}
+			return nil
+		}))
+	}
+	if len(acq) > 0 {
+		note(readRows(br, acq, func(q *query, ok bool, id int64) error {
+			q.ok, q.id = ok, id
+			return nil
+		}))
+		if raised {
+			var one int
+			if err := br.QueryRow().Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+				note(errors.New("the holder session's row in the sessions table is gone"))
+			} else {
+				note(err)
+			}
+		}
+		if deferred {
+			note(readChecks(br, acq))
+		} else {
+			note(readDeadCheck(br, acq))
+		}
+	}
+	for _, q := range stmts {
+		if q.scan != nil {
+			q.err = q.scan(br.QueryRow())
+		} else {
+			_, q.err = br.Exec()
+		}
+		note(q.err)
 	}
 	return first
 }

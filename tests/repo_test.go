@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +20,9 @@ import (
 
 // The repository checks keep what CONTRIBUTING.md promises: no conflict
 // markers in tracked files, a README within its budget, relative links in
-// the documents that lead somewhere, and backends that never depend on the
-// front end (docs/architecture.md, "The dependency rule").
+// the documents that lead somewhere, backends that never depend on the
+// front end (docs/architecture.md, "The dependency rule"), and no function
+// of the product's code over maxFuncLines lines.
 
 const (
 	module         = "github.com/lockproxy/lockproxy"
@@ -235,6 +239,43 @@ func TestRepoBackendsDoNotImportProxy(t *testing.T) {
 		for _, dep := range fields[1:] {
 			if dep == module+"/proxy" || strings.HasPrefix(dep, module+"/proxy/") {
 				t.Errorf("%s depends on %s: backends must not import the front end (docs/architecture.md)", fields[0], dep)
+			}
+		}
+	}
+}
+
+// maxFuncLines bounds a function of the product's code (tests excluded):
+// one that grows past it does several things and is split.
+const maxFuncLines = 100
+
+// TestRepoFunctionLength keeps every function of the product's code (the
+// tracked .go files but tests) within maxFuncLines lines.
+func TestRepoFunctionLength(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	out, err := exec.CommandContext(t.Context(), "git", "-C", root, "ls-files", "-z", "*.go").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		if name == "" || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(root, name), nil, parser.SkipObjectResolution)
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // deleted in the work tree, not yet in the index
+			}
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > maxFuncLines {
+				t.Errorf("%s: %s is %d lines; split it (at most %d)", name, fd.Name.Name, n, maxFuncLines)
 			}
 		}
 	}

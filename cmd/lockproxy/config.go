@@ -155,50 +155,7 @@ func (c Config) validate() []string {
 			add("migrate-from", err.Error(), "the legacy Redis the applications use today, e.g. redis://redis.internal:6379 or rediss://user:pass@host:6380")
 		}
 	}
-	switch c.Backend {
-	case "memory":
-	case "quorum":
-		if len(c.nodes()) == 0 {
-			add("quorum-nodes", "empty while backend is quorum", "list 3 or more independent Redis nodes, e.g. 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379")
-		}
-		seen := map[string]int{} // node index by the address it reaches
-		for i, n := range c.nodes() {
-			if strings.Contains(n, "://") {
-				if _, err := redis.ParseURL(n); err != nil {
-					var ue *url.Error // its text repeats the URL, password included: keep only the reason
-					if errors.As(err, &ue) {
-						err = ue.Err
-					}
-					add("quorum-nodes", fmt.Sprintf("node %d is not a valid redis:// or rediss:// URL: %v", i+1, err), "e.g. redis://host:6379 or rediss://user:pass@host:6380")
-					continue
-				}
-			} else if _, _, err := net.SplitHostPort(n); err != nil {
-				add("quorum-nodes", fmt.Sprintf("%q is not host:port", n), "e.g. 127.0.0.1:6379 or redis://host:port")
-				continue
-			}
-			a, err := quorum.NodeAddr(n) // the port's range; the form two entries for one address share
-			if err != nil {
-				add("quorum-nodes", fmt.Sprintf("node %d: %v", i+1, err), "a TCP port is 1 to 65535, e.g. 127.0.0.1:6379")
-				continue
-			}
-			if j, dup := seen[a]; dup {
-				add("quorum-nodes", fmt.Sprintf("nodes %d and %d are both %s: one Redis would cast two votes", j+1, i+1, a), "list each node once")
-				continue
-			}
-			seen[a] = i
-		}
-	case "postgres":
-		if c.PostgresDSN == "" {
-			add("postgres-dsn", "empty while backend is postgres", "e.g. postgres://lockproxy@db.internal:5432/locks")
-		} else if err := pgbridge.CheckDSN(c.PostgresDSN); err != nil {
-			add("postgres-dsn", err.Error(), "e.g. postgres://lockproxy@db.internal:5432/locks or host=db.internal user=lockproxy dbname=locks")
-		}
-		if !pgbridge.ValidSchema(c.PostgresSchema) {
-			add("postgres-schema", fmt.Sprintf("%q is not a plain identifier", c.PostgresSchema), "letters, digits and _, e.g. lockproxy")
-		}
-	default:
-		add("backend", fmt.Sprintf("unknown backend %q", c.Backend), "use memory, quorum or postgres")
-	}
+	c.validateBackend(add)
 	if c.PostgresStrategy != "advisory" && c.PostgresStrategy != "lease" {
 		add("postgres-strategy", fmt.Sprintf("unknown strategy %q", c.PostgresStrategy), "use advisory or lease")
 	}
@@ -215,6 +172,69 @@ func (c Config) validate() []string {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		add("log-format", fmt.Sprintf("unknown format %q", c.LogFormat), "use text or json")
 	}
+	c.validateLimits(add)
+	if c.DataPath != proxy.DataPathGoroutines && c.DataPath != proxy.DataPathLoops {
+		add("data-path", fmt.Sprintf("unknown data path %q", c.DataPath), "use goroutines or loops")
+	}
+	return probs
+}
+
+// validateBackend checks the chosen backend's own keys.
+func (c Config) validateBackend(add func(key, problem, fix string)) {
+	switch c.Backend {
+	case "memory":
+	case "quorum":
+		if len(c.nodes()) == 0 {
+			add("quorum-nodes", "empty while backend is quorum", "list 3 or more independent Redis nodes, e.g. 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379")
+		}
+		c.validateQuorumNodes(add)
+	case "postgres":
+		if c.PostgresDSN == "" {
+			add("postgres-dsn", "empty while backend is postgres", "e.g. postgres://lockproxy@db.internal:5432/locks")
+		} else if err := pgbridge.CheckDSN(c.PostgresDSN); err != nil {
+			add("postgres-dsn", err.Error(), "e.g. postgres://lockproxy@db.internal:5432/locks or host=db.internal user=lockproxy dbname=locks")
+		}
+		if !pgbridge.ValidSchema(c.PostgresSchema) {
+			add("postgres-schema", fmt.Sprintf("%q is not a plain identifier", c.PostgresSchema), "letters, digits and _, e.g. lockproxy")
+		}
+	default:
+		add("backend", fmt.Sprintf("unknown backend %q", c.Backend), "use memory, quorum or postgres")
+	}
+}
+
+// validateQuorumNodes checks each quorum node: its form, its port's range,
+// and that no node is listed twice (one Redis would cast two votes).
+func (c Config) validateQuorumNodes(add func(key, problem, fix string)) {
+	seen := map[string]int{} // node index by the address it reaches
+	for i, n := range c.nodes() {
+		if strings.Contains(n, "://") {
+			if _, err := redis.ParseURL(n); err != nil {
+				var ue *url.Error // its text repeats the URL, password included: keep only the reason
+				if errors.As(err, &ue) {
+					err = ue.Err
+				}
+				add("quorum-nodes", fmt.Sprintf("node %d is not a valid redis:// or rediss:// URL: %v", i+1, err), "e.g. redis://host:6379 or rediss://user:pass@host:6380")
+				continue
+			}
+		} else if _, _, err := net.SplitHostPort(n); err != nil {
+			add("quorum-nodes", fmt.Sprintf("%q is not host:port", n), "e.g. 127.0.0.1:6379 or redis://host:port")
+			continue
+		}
+		a, err := quorum.NodeAddr(n) // the port's range; the form two entries for one address share
+		if err != nil {
+			add("quorum-nodes", fmt.Sprintf("node %d: %v", i+1, err), "a TCP port is 1 to 65535, e.g. 127.0.0.1:6379")
+			continue
+		}
+		if j, dup := seen[a]; dup {
+			add("quorum-nodes", fmt.Sprintf("nodes %d and %d are both %s: one Redis would cast two votes", j+1, i+1, a), "list each node once")
+			continue
+		}
+		seen[a] = i
+	}
+}
+
+// validateLimits checks the numeric limits and the durations.
+func (c Config) validateLimits(add func(key, problem, fix string)) {
 	if c.MaxClients <= 0 {
 		add("max-clients", fmt.Sprintf("%d is not positive", c.MaxClients), "e.g. 10000")
 	}
@@ -235,10 +255,6 @@ func (c Config) validate() []string {
 	if d, err := parseDuration(c.PostgresRowDelay); err != nil || d < 0 {
 		add("postgres-lease-row-delay", fmt.Sprintf("%q is not a duration of 0 or more", c.PostgresRowDelay), "e.g. 200ms, or 0s to write every lease row at once")
 	}
-	if c.DataPath != proxy.DataPathGoroutines && c.DataPath != proxy.DataPathLoops {
-		add("data-path", fmt.Sprintf("unknown data path %q", c.DataPath), "use goroutines or loops")
-	}
-	return probs
 }
 
 // dataPath is the front end Serve runs: data-path, except that a TLS
