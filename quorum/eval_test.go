@@ -42,7 +42,8 @@ func TestFailedScriptAcquireIsUndone(t *testing.T) {
 	if err != nil || v.Kind != backend.KindInt || v.Int != 0 {
 		t.Fatalf("acquire over two held keys = %v, %v; want :0", v, err)
 	}
-	if n, _ := direct[2].Exists(ctx, "a", "b").Result(); n != 0 {
+	var n int64
+	if !settled(func() bool { n, _ = direct[2].Exists(ctx, "a", "b").Result(); return n == 0 }) {
 		t.Fatalf("node 2 kept %d keys of an acquire the majority refused", n)
 	}
 	for i, key := range []string{"a", "b"} {

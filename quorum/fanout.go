@@ -178,15 +178,21 @@ func (b *Backend) fanoutUntil(ctx context.Context, db int, reqFor func(i int) *r
 			o.stop(ctx.Err(), false)
 			return o, o.replies
 		}
+		all := false
 		if again != nil {
-			retry, reqs := o.retries(again, &retried)
+			// Which nodes to ask again and whether every node has answered
+			// are read together: a NOSCRIPT that arrives after the scan is
+			// still awaited, so it wakes this loop again.
+			retry, reqs, left := o.retries(again, &retried)
 			for k, i := range retry {
 				send(i, reqs[k])
 			}
+			all = len(retry) == 0 && left == 0
+		} else {
+			o.mu.Lock()
+			all = o.left == 0
+			o.mu.Unlock()
 		}
-		o.mu.Lock()
-		all := o.left == 0
-		o.mu.Unlock()
 		if all {
 			o.mu.Lock()
 			o.closed = true
@@ -247,8 +253,10 @@ func (b *Backend) dispatch(o *op, db int, now time.Time, reqFor func(i int) *req
 
 // retries returns the requests again makes of the replies in (a script a
 // node did not know), each node's at most once (retried remembers), and
-// makes o wait for their replies.
-func (o *op) retries(again func(i int, r nodeReply) *req, retried *[]bool) (retry []int, reqs []*req) {
+// makes o wait for their replies; left is how many replies o still awaits,
+// read under the same lock, so that "nothing to ask again and nothing
+// awaited" is one observation.
+func (o *op) retries(again func(i int, r nodeReply) *req, retried *[]bool) (retry []int, reqs []*req, left int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for i, r := range o.replies {
@@ -268,7 +276,7 @@ func (o *op) retries(again func(i int, r nodeReply) *req, retried *[]bool) (retr
 			o.left++
 		}
 	}
-	return retry, reqs
+	return retry, reqs, o.left
 }
 
 // settle ends an operation: replies of nodes quarantined meanwhile become

@@ -152,7 +152,7 @@ func (lo *lop) progress() {
 		}
 	}
 	for again != nil {
-		retry, reqs := lo.retries(again, &lo.retried)
+		retry, reqs, _ := lo.retries(again, &lo.retried)
 		if len(retry) == 0 {
 			break
 		}
