@@ -452,7 +452,7 @@ func modelExplain(part []porcupine.Operation) string {
 // found: with a script loaded through lockproxy, one node restarted empty
 // (its script cache lost) and another paused, EVALSHA must still run the
 // script (lockproxy has its source: EVALSHA toward the nodes falls back to
-// EVAL, SPEC §3) or answer TRYAGAIN; a client that already loaded the
+// EVAL, docs/quorum.md) or answer TRYAGAIN; a client that already loaded the
 // script must never see NOSCRIPT, which memory never answers.
 func TestModelEvalshaRestartedNode(t *testing.T) {
 	t.Parallel()

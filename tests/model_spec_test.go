@@ -7,7 +7,7 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// The sequential specification of the lock model (SPEC §1) that the
+// The sequential specification of the lock model (docs/architecture.md, the lock model) that the
 // faults phase checks histories against with porcupine. Its keys come in
 // groups of two (a multi-key acquire, MSETNX and DEL take both keys of a
 // group and no other), and a history is checked group by group: the

@@ -35,7 +35,7 @@ const (
 
 // TestModelHealthy sends the same random command sequences, one command at
 // a time in the same order, to lockproxy on the memory backend (the
-// reference of SPEC §3) and on the quorum backend over three healthy
+// reference of docs/architecture.md) and on the quorum backend over three healthy
 // redis-servers: every reply must be the same bytes, remaining times
 // within a tolerance. A failing sequence is shrunk to a minimal one, which
 // the failure shows with both replies.

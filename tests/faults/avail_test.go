@@ -10,7 +10,7 @@ import (
 	"github.com/lockproxy/lockproxy/internal/lockcheck"
 )
 
-// The availability suite (SPEC §3 quorum, §6 availability; issue 23 item 5)
+// The availability suite (docs/quorum.md, Availability)
 // measures grants, where the nemeses above count violations: with one node
 // of three killed, paused, slow or partitioned, every acquire pattern,
 // contended or not, must keep at least half the grant rate it had with all
@@ -44,7 +44,7 @@ const (
 	availSlow = 150 * time.Millisecond
 
 	// availMinFraction is the bar: grants under a minority fault ≥ this
-	// fraction of the all-up grants (SPEC §6).
+	// fraction of the all-up grants (docs/quorum.md).
 	availMinFraction = 0.5
 )
 

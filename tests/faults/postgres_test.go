@@ -16,7 +16,7 @@ import (
 	"github.com/lockproxy/lockproxy/proxy"
 )
 
-// PostgreSQL nemeses under a history checker (SPEC §6: no two holders of
+// PostgreSQL nemeses under a history checker (docs/safety.md: no two holders of
 // one lock at once under PostgreSQL session loss), for both strategies:
 // holder or pool sessions ended with pg_terminate_backend while workers
 // contend, and PostgreSQL shut down with -m immediate and started again
