@@ -39,8 +39,8 @@ const (
 // 250ms limit, and all probes together get 1s); each call of a Guarded
 // script (node redlock's extend) runs it once on the model (~8µs; one
 // that loops costs that call up to 250ms). The event loops never pay
-// that: they ask watchCached, and a call it cannot answer goes to the
-// stream path, which classifies.
+// that: they ask watchCached, and a call it cannot answer is made as a
+// blocking call (on the Backend's own loops), which classifies.
 func (b *Backend) watchOf(ctx context.Context, s backend.Script, keys []string, args [][]byte, ro bool) scriptWatch {
 	if ro || len(keys) == 0 {
 		return watchNone

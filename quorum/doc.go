@@ -35,8 +35,9 @@
 // client on the nodes directly, using the same key and value within a
 // repair's read and delete can lose its copy on the repaired node.
 //
-// Two paths reach the nodes with the same rules: the event loops' own
-// connections (loop*.go) for the lock path on the loop front end, and one
-// shared connection per node and database (stream.go) for everything else.
-// Node connections speak RESP3 through package resp.
+// One engine reaches the nodes: every operation runs on an event loop
+// with its own connection to each node (loop*.go, link.go) — the front
+// end's loops for the lock path, the Backend's own loops (ownloop.go) for
+// blocking callers, which wait for the outcome (fanoutUntil). Node
+// connections speak RESP3 through package resp.
 package quorum

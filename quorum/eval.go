@@ -139,8 +139,7 @@ func scriptAt(w scriptWatch) int {
 
 // evalOutcome decides a script's reply from the nodes' replies, which
 // took elapsed, and says which keys it created are to be removed again
-// (created, count and undoAll, for undoCreated). The stream and the loop
-// paths both decide here.
+// (created, count and undoAll, for undoCreated).
 func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, at int, replies []nodeReply, elapsed time.Duration) (_ backend.Value, _ error, created []map[string]string, count map[string]int, undoAll bool) {
 	watch := w == watchKeys
 	vals := make([]backend.Value, len(replies))

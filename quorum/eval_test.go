@@ -43,7 +43,7 @@ func TestFailedScriptAcquireIsUndone(t *testing.T) {
 		t.Fatalf("acquire over two held keys = %v, %v; want :0", v, err)
 	}
 	var n int64
-	if !settled(func() bool { n, _ = direct[2].Exists(ctx, "a", "b").Result(); return n == 0 }) {
+	if !testsrv.Settled(func() bool { n, _ = direct[2].Exists(ctx, "a", "b").Result(); return n == 0 }) {
 		t.Fatalf("node 2 kept %d keys of an acquire the majority refused", n)
 	}
 	for i, key := range []string{"a", "b"} {
@@ -60,7 +60,7 @@ func TestFailedScriptAcquireIsUndone(t *testing.T) {
 	}
 	for i := range direct {
 		var n int64
-		if !settled(func() bool { n, _ = direct[i].Exists(ctx, "c", "d").Result(); return n == 2 }) {
+		if !testsrv.Settled(func() bool { n, _ = direct[i].Exists(ctx, "c", "d").Result(); return n == 2 }) {
 			t.Errorf("node %d lost keys of a granted acquire (%d of 2)", i, n)
 		}
 	}
@@ -254,7 +254,7 @@ func TestScriptAcquireValidity(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: n.Addr})
 		// A node that answers after the vote has its keys undone after it.
 		var got int64
-		if !settled(func() bool { got, _ = c.Exists(ctx, "v:a", "v:b").Result(); return got == 0 }) {
+		if !testsrv.Settled(func() bool { got, _ = c.Exists(ctx, "v:a", "v:b").Result(); return got == 0 }) {
 			t.Errorf("node %s kept %d keys of a late acquire", n.Addr, got)
 		}
 		c.Close()
@@ -267,8 +267,8 @@ func TestScriptAcquireValidity(t *testing.T) {
 	waitQuarantined(t, b, nodes[0].Addr)
 }
 
-// TestLongScriptError: a script's error reply longer than the stream's
-// read buffer (Redis sends it as one line) is the script's reply, not a
+// TestLongScriptError: a script's error reply longer than a
+// connection's read buffer (Redis sends it as one line) is the script's reply, not a
 // broken node: the client gets it whole and the node connections serve on.
 func TestLongScriptError(t *testing.T) {
 	nodes := startNodes(t, 3)

@@ -41,18 +41,16 @@ type req struct {
 	writes []undoRec
 }
 
-// op collects one operation's node replies. Streams deliver into it from
-// their reader goroutines; the operation's goroutine is woken once, when
-// the last reply is in, or by its deadline.
+// op collects one operation's node replies, delivered on the loop that
+// runs it (lop). Its lock is for the waiter of a blocking caller
+// (fanoutUntil), which reads what the loop wrote.
 type op struct {
 	mu      sync.Mutex
 	replies []nodeReply
 	calls   []*call
 	left    int
 	closed  bool
-	wake    chan struct{}
-	onLast  *lop // instead of wake, on an event loop (loop_op.go): its progress runs after each reply (a pointer, not a func: a method value would cost an allocation per operation)
-	eager   bool // wake the waiter at every reply, not only the last (fanoutUntil)
+	onLast  *lop // its progress runs after each reply (a pointer, not a func: a method value would cost an allocation per operation)
 	quiet   bool // its node failures are not counted (req.quiet)
 
 	// Replies that come after the operation ended (its outcome was
@@ -62,7 +60,7 @@ type op struct {
 	// lateBuf keeps those that came before late was set.
 	lateWait []bool
 	late     func(node int, vals []backend.Value, err error)
-	lateTo   *lop // instead of late, on an event loop (lop.lateReply): no closure per operation
+	lateTo   *lop // instead of late, for the lock path's own operations (lop.lateReply): no closure per operation
 	lateBuf  []lateReply
 }
 
@@ -111,18 +109,8 @@ func (o *op) deliver(node int, vals []backend.Value, err error) {
 	}
 	o.replies[node] = nodeReply{vals: vals, err: err, done: true}
 	o.left--
-	last := o.left == 0
 	o.mu.Unlock()
-	if o.onLast != nil {
-		o.onLast.progress()
-		return
-	}
-	if last || o.eager {
-		select {
-		case o.wake <- struct{}{}:
-		default:
-		}
-	}
+	o.onLast.progress()
 }
 
 var (
@@ -147,93 +135,48 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 // replies so far decide the outcome (a majority agreed): a node that is
 // slow or paused then costs nothing. The nodes not heard from by then are
 // not done in the replies returned, and their replies come to the
-// returned op's late handler (op.onLate), which the caller must set.
+// returned op's late handler (op.onLate), which the caller must set; it
+// runs on the loop, which it must not block.
+//
+// It is the blocking callers' way onto the engine: the operation runs on
+// one of the Backend's own loops (ownloop.go), as the front end's loops
+// run theirs, and the caller waits for its end.
 func (b *Backend) fanoutUntil(ctx context.Context, db int, reqFor func(i int) *req, again func(i int, r nodeReply) *req, certain func([]nodeReply) bool) (*op, []nodeReply) {
-	n := len(b.nodes)
-	o := &op{replies: make([]nodeReply, n), calls: make([]*call, n), left: n, wake: make(chan struct{}, 1), eager: certain != nil}
-	send := func(i int, r *req) {
-		s := b.nodes[i].stream(db, &b.cfg)
-		if b.pending.blocks(s, i, db, r.writes) {
-			o.deliver(i, nil, errUndoPending)
-			return
-		}
-		o.quiet = o.quiet || r.quiet
-		cl := &call{o: o, c: s, node: i, n: r.cmds.N, vals: make([]backend.Value, 0, r.cmds.N), undo: r.undo, repair: r.repair, sent: time.Now()}
-		o.calls[i] = cl
-		b.pending.add(s, i, db, r.undo, 1)
-		s.send(cl, r.cmds.B)
+	ql := b.ownLoop()
+	end := make(chan []nodeReply, 1)
+	lo := &lop{ql: ql, db: db, again: again, certainFn: certain, decide: func(replies []nodeReply, _ time.Duration) { end <- replies }}
+	deadline, _ := ctx.Deadline()
+	if ql.l.Execute(func() { ql.runOp(lo, reqFor, deadline) }) != nil {
+		return b.closedOp()
 	}
-	b.dispatch(o, db, time.Now(), reqFor, send)
-	timer := time.NewTimer(b.cfg.NodeTimeout)
-	defer timer.Stop()
-	defer b.settle(o)
-	var retried []bool // made on the first retry: most operations have none
-	for {
-		select {
-		case <-o.wake:
-		case <-timer.C:
-			o.stop(errNodeTimeout, true)
-			return o, o.replies
-		case <-ctx.Done():
-			o.stop(ctx.Err(), false)
-			return o, o.replies
-		}
-		all := false
-		if again != nil {
-			// Which nodes to ask again and whether every node has answered
-			// are read together: a NOSCRIPT that arrives after the scan is
-			// still awaited, so it wakes this loop again.
-			retry, reqs, left := o.retries(again, &retried)
-			for k, i := range retry {
-				send(i, reqs[k])
-			}
-			all = len(retry) == 0 && left == 0
-		} else {
-			o.mu.Lock()
-			all = o.left == 0
-			o.mu.Unlock()
-		}
-		if all {
-			o.mu.Lock()
-			o.closed = true
-			o.mu.Unlock()
-			return o, o.replies
-		}
-		if certain != nil {
-			if snap := o.snapshot(); certain(snap) {
-				// Replies that came since the snapshot only add to a
-				// certain outcome; the one closed on is what decides.
-				snap = o.closeEarly()
-				// A deadline still tells the connections of the nodes not
-				// heard from that they are overdue.
-				b.overdueLater(o)
-				return o, snap
-			}
-		}
+	select {
+	case replies := <-end:
+		return &lo.op, replies
+	case <-ctx.Done():
 	}
-}
-
-// overdueLater tells the connections of o's calls still unanswered one
-// node timeout after now that they are overdue, as a deadline would have.
-func (b *Backend) overdueLater(o *op) {
-	time.AfterFunc(b.cfg.NodeTimeout, func() {
-		o.mu.Lock()
-		var late []*call
-		for i, r := range o.replies {
-			if !r.done && o.calls[i] != nil && o.lateWait != nil && o.lateWait[i] {
-				late = append(late, o.calls[i])
-			}
-		}
-		o.mu.Unlock()
-		for _, cl := range late {
-			cl.c.overdue(cl)
+	err := ctx.Err()
+	// If the loop has stopped, Close ended the operation already.
+	_ = ql.l.Execute(func() {
+		if !lo.ended {
+			lo.stop(err, false)
+			lo.end()
 		}
 	})
+	return &lo.op, <-end
+}
+
+// closedOp is the outcome of an operation asked for after Close: every
+// node failed.
+func (b *Backend) closedOp() (*op, []nodeReply) {
+	o := &op{replies: make([]nodeReply, len(b.nodes)), closed: true}
+	for i := range o.replies {
+		o.replies[i] = nodeReply{err: errClosed, done: true}
+	}
+	return o, o.replies
 }
 
 // dispatch sends each node its request (reqFor; nil sends nothing) through
-// send, the same on the stream and the loop paths; now is the operation's
-// start (for the quarantine check).
+// send; now is the operation's start (for the quarantine check).
 func (b *Backend) dispatch(o *op, db int, now time.Time, reqFor func(i int) *req, send func(i int, r *req)) {
 	for i := range b.nodes {
 		r := reqFor(i)
@@ -290,7 +233,7 @@ func (b *Backend) settle(o *op) {
 
 // dropQuarantined turns the replies of nodes quarantined while the
 // operation ran into failures: a node that restarted may have answered
-// from an empty memory (its stream connection, made after the restart,
+// from an empty memory (its connection, made after the restart,
 // quarantined it before carrying the queued commands).
 func (o *op) dropQuarantined(b *Backend) {
 	now := time.Now()
@@ -315,7 +258,7 @@ func (b *Backend) countFailures(replies []nodeReply) {
 }
 
 // stop ends the wait: nodes that have not answered get err, and when the
-// node timeout ran out, their streams hear that they are overdue.
+// node timeout ran out, their connections hear that they are overdue.
 func (o *op) stop(err error, timedOut bool) {
 	o.mu.Lock()
 	wasClosed := o.closed
@@ -374,8 +317,8 @@ func (o *op) awaitsLate() bool {
 
 // onLate sets what is done with replies that arrive after the end, once
 // the outcome they are judged against is known, and runs it for those
-// that came already. h runs where the reply is delivered: on the node's
-// event loop, or on a stream's reader goroutine, which it must not block.
+// that came already. h runs where the reply is delivered, on the
+// operation's event loop, which it must not block.
 func (o *op) onLate(h func(node int, vals []backend.Value, err error)) {
 	o.mu.Lock()
 	o.late = h
@@ -385,14 +328,6 @@ func (o *op) onLate(h func(node int, vals []backend.Value, err error)) {
 	for _, r := range buf {
 		h(r.node, r.vals, r.err)
 	}
-}
-
-// snapshot copies the replies so far (for a waiter that decides while
-// readers still deliver).
-func (o *op) snapshot() []nodeReply {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return slices.Clone(o.replies)
 }
 
 func cloneValues(vs []backend.Value) []backend.Value {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -93,7 +94,7 @@ func TestSlowNodeBeyondValidity(t *testing.T) {
 	for i, nd := range nodes {
 		c := redis.NewClient(&redis.Options{Addr: nd.Addr})
 		// The slowest write may come after the answer: its undo follows it.
-		if !settled(func() bool { v, _ := c.Get(t.Context(), "lat").Result(); return v != "mine" }) {
+		if !testsrv.Settled(func() bool { v, _ := c.Get(t.Context(), "lat").Result(); return v != "mine" }) {
 			t.Errorf("node %d kept the refused acquisition", i)
 		}
 		c.Close()

@@ -9,30 +9,37 @@ import (
 	"github.com/lockproxy/lockproxy/backend"
 )
 
-// The loop path (see doc.go for what runs on it): each event loop
-// of the front end has its own connection to each node (per database
-// used), registered on that loop. An operation started on the loop
-// appends its commands to the nodes' buffers; each buffer is written once
-// per pass of the loop, after the pass has read its clients; the replies
-// are decoded where the loop received them and complete the vote on the
-// loop. Connection setup (dial, HELLO, the replaced connections' CLIENT
-// KILL, the undos sent again) is the stream's own (stream.connect), run on
-// a goroutine before the connection is handed to the loop.
+// The engine (see doc.go): each event loop — the front end's, or one of
+// the Backend's own (ownloop.go) — has its own connection to each node
+// (per database used), registered on that loop. An operation started on
+// the loop appends its commands to the nodes' buffers; each buffer is
+// written once per pass of the loop, after the pass has read its clients;
+// the replies are decoded where the loop received them and complete the
+// vote on the loop. Connection setup (dial, HELLO, the replaced
+// connections' CLIENT KILL, the undos sent again) is the link's
+// (link.connect), run on a goroutine before the connection is handed to
+// the loop.
 
 // loops is the Backend's part of the event loops: every qloop made, so
-// Close can stop them, and the goroutines that set up their connections.
+// Close can stop them, the goroutines that set up their connections, and
+// the Backend's own loops.
 type loops struct {
 	mu     sync.Mutex
 	all    []*qloop
 	closed bool
 	wg     sync.WaitGroup // connection set-up goroutines (lnode.dial)
+
+	own    []*qloop   // on the Backend's own loops: the blocking callers'
+	ownRaw []*ownLoop // the same loops, to stop at Close
+	next   atomic.Uint32
 }
 
 var _ backend.Looper = (*Backend)(nil)
 
 // NewLoop implements backend.Looper. It returns nil (the front end then
-// runs every command the ordinary way) for nodes reached over TLS or
-// through Config.Dialer: the loop takes raw sockets only.
+// runs every command the ordinary way, which runs it on the Backend's own
+// loops) for nodes reached over TLS or through Config.Dialer: the front
+// end's loops take raw sockets only.
 func (b *Backend) NewLoop(l backend.Loop) backend.LoopBackend {
 	if b.cfg.Dialer != nil {
 		return nil
@@ -42,12 +49,21 @@ func (b *Backend) NewLoop(l backend.Loop) backend.LoopBackend {
 			return nil
 		}
 	}
+	if ql := b.newQloop(l, false); ql != nil {
+		return ql
+	}
+	return nil
+}
+
+// newQloop makes the Backend's part of loop l (own: one of the Backend's
+// own loops), nil after Close.
+func (b *Backend) newQloop(l backend.Loop, own bool) *qloop {
 	b.lp.mu.Lock()
 	defer b.lp.mu.Unlock()
 	if b.lp.closed {
 		return nil
 	}
-	ql := &qloop{b: b, l: l, nodes: make([][backend.Databases]*lnode, len(b.nodes))}
+	ql := &qloop{b: b, l: l, own: own, nodes: make([][backend.Databases]*lnode, len(b.nodes))}
 	ql.ctx, ql.cancel = context.WithCancel(context.Background())
 	ql.flushFn, ql.tickFn = ql.flush, ql.tick
 	b.lp.all = append(b.lp.all, ql)
@@ -61,20 +77,47 @@ func (b *Backend) NewLoop(l backend.Loop) backend.LoopBackend {
 	return ql
 }
 
+// startOwnLoops starts the Backend's own loops (New) and waits until each
+// has tried its first connection to every node, so that run_ids are known
+// and a node down at start fails calls at once rather than after a node
+// timeout.
+func (b *Backend) startOwnLoops(n int) {
+	for range n {
+		l := newOwnLoop()
+		b.lp.ownRaw = append(b.lp.ownRaw, l)
+		b.lp.own = append(b.lp.own, b.newQloop(l, true))
+	}
+	for _, ql := range b.lp.own {
+		for i := range b.nodes {
+			ready := make(chan chan struct{}, 1)
+			ql.exec(func() { ready <- ql.node(i, 0).tried })
+			<-<-ready
+		}
+	}
+}
+
+// ownLoop returns one of the Backend's own loops, in turn.
+func (b *Backend) ownLoop() *qloop {
+	own := b.lp.own
+	return own[int(b.lp.next.Add(1))%len(own)]
+}
+
 // LoopOps counts the operations started on the front end's event loops
-// so far (the rest ran on the node streams).
+// so far (the rest ran on the Backend's own loops).
 func (b *Backend) LoopOps() int64 {
 	b.lp.mu.Lock()
 	defer b.lp.mu.Unlock()
 	var n int64
 	for _, ql := range b.lp.all {
-		n += ql.ops.Load()
+		if !ql.own {
+			n += ql.ops.Load()
+		}
 	}
 	return n
 }
 
-// closeLoops closes every loop's node connections and waits for their
-// set-up goroutines (Close).
+// closeLoops closes every loop's node connections, waits for their
+// set-up goroutines and stops the Backend's own loops (Close).
 func (b *Backend) closeLoops() {
 	b.lp.mu.Lock()
 	b.lp.closed = true
@@ -85,6 +128,9 @@ func (b *Backend) closeLoops() {
 		ql.exec(ql.close)
 	}
 	b.lp.wg.Wait()
+	for _, l := range b.lp.ownRaw {
+		l.stop()
+	}
 }
 
 // qloop is the Backend's part of one event loop. Everything in it belongs
@@ -96,6 +142,7 @@ type qloop struct {
 	cancel context.CancelFunc
 	nodes  [][backend.Databases]*lnode // by node, then database; made on first use
 	closed bool
+	own    bool         // one of the Backend's own loops
 	ops    atomic.Int64 // operations started (LoopOps)
 
 	dirty       []*lnode // connections with commands to write this pass
@@ -132,12 +179,13 @@ func (ql *qloop) node(i, db int) *lnode {
 		return ln
 	}
 	n := ql.b.nodes[i]
-	ln := &lnode{ql: ql, i: i, state: connecting,
-		st: &stream{addr: n.addr, db: db, opt: n.opt, cfg: &ql.b.cfg, replies: n.replies, onRunID: n.onRunID, ctx: ql.ctx,
+	ln := &lnode{ql: ql, i: i, state: connecting, tried: make(chan struct{}),
+		lk: &link{addr: n.addr, db: db, opt: n.opt, cfg: &ql.b.cfg, replies: n.replies, onRunID: n.onRunID, ctx: ql.ctx,
 			node: i, undos: &ql.b.pending, repairs: &ql.b.repairs}}
 	ql.nodes[i][db] = ln
 	if ql.closed {
-		ln.state, ln.err, ln.ready = closed, errStreamClosed, true
+		ln.state, ln.err = closed, errClosed
+		ln.setReady()
 		return ln
 	}
 	ln.startDial()
@@ -145,9 +193,9 @@ func (ql *qloop) node(i, db int) *lnode {
 }
 
 // usable reports whether every node's connection for db has been tried at
-// least once (so that a call either goes out or fails at once, as on a
-// stream); a loop that has not got there yet leaves its commands to the
-// stream path.
+// least once (so that a call either goes out or fails at once); a front
+// end's loop that has not got there yet leaves its commands to the
+// Backend's own loops, whose connections were tried at start.
 func (ql *qloop) usable(db int) bool {
 	if ql.closed {
 		return false

@@ -9,25 +9,25 @@ import (
 	"github.com/lockproxy/lockproxy/resp"
 )
 
-// lnode is one loop's connection to one database of one node: the loop
-// path's stream. It keeps the stream's guarantees (stream.go): one
-// connection carries the loop's commands to the node in order; a new
-// connection first kills the one it replaces and sends again the undos
-// whose outcome the old one left unknown (st keeps both between
-// connections, under st.mu); a broken connection fails every call
-// waiting on it, and a reply overdue past two node timeouts breaks it.
-// Everything but st belongs to the loop.
+// lnode is one loop's connection to one database of one node. It keeps
+// the link's guarantees (link.go): one connection carries the loop's
+// commands to the node in order; a new connection first kills the one it
+// replaces and sends again the undos whose outcome the old one left
+// unknown (lk keeps both between connections, under lk.mu); a broken
+// connection fails every call waiting on it, and a reply overdue past
+// overdueGrace breaks it. Everything but lk and tried belongs to the loop.
 type lnode struct {
 	ql      *qloop
 	i       int
-	st      *stream // connection set-up and what survives a connection; its goroutines never run
-	state   streamState
-	ready   bool    // a first connection attempt has ended
-	dialing bool    // a dial goroutine runs
-	cur     *lconn  // the connection, when up
-	wbuf    []byte  // commands not written yet
-	spare   []byte  // the other buffer (write)
-	pending []*call // waiting for replies, in write order, from head
+	lk      *link // connection set-up and what survives a connection
+	state   linkState
+	ready   bool          // a first connection attempt has ended
+	tried   chan struct{} // closed when ready is set
+	dialing bool          // a dial goroutine runs
+	cur     *lconn        // the connection, when up
+	wbuf    []byte        // commands not written yet
+	spare   []byte        // the other buffer (write)
+	pending []*call       // waiting for replies, in write order, from head
 	head    int
 	err     error // why it is down
 	dirty   bool  // in ql.dirty
@@ -64,21 +64,26 @@ func (c *lconn) Closed(err error) {
 		return
 	}
 	if err == nil {
-		err = errStreamClosed
+		err = errClosed
 	}
 	c.ln.lost(err)
 }
 
-// send queues cl's encoded commands buf, as stream.send does.
+// send queues cl's encoded commands buf. While the connection is being
+// set up they wait for it (within their operation's deadline); while it
+// is down they fail at once. The call is answered (or failed) through its
+// operation.
 func (ln *lnode) send(cl *call, buf []byte) {
 	var err error
 	switch {
 	case ln.state == down || ln.state == closed:
 		err = ln.err
-		ln.st.mu.Lock()
-		ln.st.keepUndo(cl)
-		ln.st.mu.Unlock()
+		ln.lk.mu.Lock()
+		ln.lk.keepUndo(cl)
+		ln.lk.mu.Unlock()
 	case len(ln.pending)-ln.head >= maxPending && len(cl.undo) == 0:
+		// Undos are queued even then: kept for a later connection, one
+		// could run long after the token was granted again.
 		err = errBacklog
 	}
 	if err != nil {
@@ -122,12 +127,13 @@ func (ln *lnode) opened(c *lconn) {
 		c.w.Close()
 		return
 	}
-	ln.cur, ln.state, ln.err, ln.ready = c, up, nil, true
+	ln.cur, ln.state, ln.err = c, up, nil
+	ln.setReady()
 	ln.write()
 }
 
 // traffic decodes the node's replies and hands each call its own, in
-// order, as stream.readLoop does.
+// order.
 func (ln *lnode) traffic(in []byte) int {
 	used := 0
 	var now time.Time
@@ -164,8 +170,8 @@ func (ln *lnode) traffic(in []byte) int {
 		if now.IsZero() {
 			now = time.Now() // once per read: the replies in it arrived together
 		}
-		ln.st.replies.Observe(now.Sub(cl.sent).Seconds())
-		ln.st.undos.add(ln.st, ln.st.node, ln.st.db, cl.undo, -1)
+		ln.lk.replies.Observe(now.Sub(cl.sent).Seconds())
+		ln.lk.undos.add(ln.lk, ln.lk.node, ln.lk.db, cl.undo, -1)
 		cl.o.deliver(cl.node, cl.vals, nil)
 		if ln.cur == nil { // the delivery broke the connection (a retry that found it overdue)
 			return len(in)
@@ -174,11 +180,12 @@ func (ln *lnode) traffic(in []byte) int {
 	return used
 }
 
-// overdue implements carrier: cl's operation stopped waiting for it after
-// a full node timeout; if it is still unanswered one more node timeout
-// later, the connection is broken, as stream.overdue does.
+// overdue is told that cl's operation stopped waiting for it after a full
+// node timeout; if it is still unanswered overdueGrace later, the
+// connection is broken: a node that far behind is paused, partitioned or
+// gone.
 func (ln *lnode) overdue(cl *call) {
-	ln.ql.after(time.Now().Add(overdueGrace(ln.st.cfg)), timerEntry{cl: cl, ln: ln})
+	ln.ql.after(time.Now().Add(overdueGrace(ln.lk.cfg)), timerEntry{cl: cl, ln: ln})
 }
 
 func (ln *lnode) checkOverdue(cl *call) {
@@ -198,30 +205,30 @@ func (ln *lnode) breakConn(cause error) {
 	c.w.Close()
 }
 
-// lost ends the current connection, as stream.fail does after a break:
+// lost ends the current connection after a break:
 // every call waiting fails with err and keeps its deletes for the next
 // connection, which is set up at once.
 func (ln *lnode) lost(err error) {
 	ln.cur = nil
 	next := connecting
 	if ln.ql.closed {
-		next, err = closed, errStreamClosed
+		next, err = closed, errClosed
 	}
-	ln.fail(fmt.Errorf("node %s: %w", ln.st.addr, err), next)
+	ln.fail(fmt.Errorf("node %s: %w", ln.lk.addr, err), next)
 	if next == connecting {
 		ln.startDial()
 	}
 }
 
 // fail fails every call waiting with err and moves to state st.
-func (ln *lnode) fail(err error, st streamState) {
+func (ln *lnode) fail(err error, st linkState) {
 	ln.state, ln.err = st, err
 	calls := ln.pending[ln.head:]
 	ln.pending, ln.head = nil, 0
 	ln.wbuf = ln.wbuf[:0]
-	ln.st.mu.Lock()
-	ln.st.retire(calls)
-	ln.st.mu.Unlock()
+	ln.lk.mu.Lock()
+	ln.lk.retire(calls)
+	ln.lk.mu.Unlock()
 	for _, cl := range calls {
 		cl.o.deliver(cl.node, nil, err)
 	}
@@ -231,8 +238,8 @@ func (ln *lnode) fail(err error, st streamState) {
 func (ln *lnode) shut() {
 	c := ln.cur
 	ln.cur = nil
-	ln.ready = true
-	ln.fail(errStreamClosed, closed)
+	ln.setReady()
+	ln.fail(errClosed, closed)
 	if c != nil {
 		c.w.Close()
 	}
@@ -260,7 +267,7 @@ var errNotOpened = errors.New("connection not opened on the event loop")
 // The verdict is the loop's (Open and the check both run there), so a
 // connection is either opened or abandoned, never both.
 func (ln *lnode) awaitOpen(c *lconn) error {
-	t := time.NewTimer(ln.st.cfg.NodeTimeout)
+	t := time.NewTimer(ln.lk.cfg.NodeTimeout)
 	defer t.Stop()
 	select {
 	case <-c.open:
@@ -291,13 +298,13 @@ func (ln *lnode) awaitOpen(c *lconn) error {
 	return nil
 }
 
-// dial sets connections up until one is on the loop, as stream.run does:
+// dial sets connections up until one is on the loop:
 // the first attempt at once (calls queue meanwhile); after a failure,
 // calls fail at once until the next attempt, after a backoff.
 func (ln *lnode) dial() {
 	backoff := time.Duration(0)
 	for {
-		conn, _, err := ln.st.connect()
+		conn, _, err := ln.lk.connect()
 		if err == nil {
 			c := &lconn{ln: ln, open: make(chan struct{})}
 			if err = ln.ql.l.Enroll(ln.ql.ctx, conn, c); err == nil {
@@ -305,21 +312,21 @@ func (ln *lnode) dial() {
 					return // opened ran on the loop
 				}
 			}
-			ln.st.mu.Lock()
-			ln.st.retire(nil) // it may have carried undos: killed before the next one carries anything
-			ln.st.mu.Unlock()
+			ln.lk.mu.Lock()
+			ln.lk.retire(nil) // it may have carried undos: killed before the next one carries anything
+			ln.lk.mu.Unlock()
 		}
 		if ln.ql.ctx.Err() != nil {
 			return
 		}
-		err = fmt.Errorf("node %s: %w", ln.st.addr, err)
+		err = fmt.Errorf("node %s: %w", ln.lk.addr, err)
 		ln.ql.exec(func() {
 			if ln.state == connecting { // not closed meanwhile (nor up: one dial at a time)
-				ln.ready = true
+				ln.setReady()
 				ln.fail(err, down)
 			}
 		})
-		backoff = min(max(2*backoff, ln.st.cfg.NodeTimeout), maxBackoff)
+		backoff = min(max(2*backoff, ln.lk.cfg.NodeTimeout), maxBackoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ln.ql.ctx.Done():
@@ -332,5 +339,13 @@ func (ln *lnode) dial() {
 				ln.state = connecting
 			}
 		})
+	}
+}
+
+// setReady records that a first connection attempt has ended.
+func (ln *lnode) setReady() {
+	if !ln.ready {
+		ln.ready = true
+		close(ln.tried)
 	}
 }

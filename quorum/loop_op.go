@@ -7,11 +7,10 @@ import (
 	"github.com/lockproxy/lockproxy/backend"
 )
 
-// lop is one operation on the loop path: fanout's state machine, fed by
-// the loop. The node replies go into the embedded op, as on the stream
-// path (its deliver classifies them the same way); what fanout waits for
-// happens here as events: the last reply (op.onLast), the deadline (a
-// loop timer), a NOSCRIPT retry. All of it on the loop.
+// lop is one operation: the engine's state machine, fed by its loop. The
+// node replies go into the embedded op (its deliver classifies them);
+// what decides it happens here as events: each reply (op.onLast), the
+// deadline (a loop timer), a NOSCRIPT retry. All of it on the loop.
 type lop struct {
 	op
 	ql      *qloop
@@ -34,6 +33,7 @@ type lop struct {
 	req       *req                                             // what it sends each node (begin)
 	deadline  time.Time                                        // its command's deadline (begin)
 	decide    func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
+	certainFn func(replies []nodeReply) bool                   // whether the replies so far decide it (kindDecide; nil: wait for all)
 
 	// The lock path's own operations keep what decides them here rather
 	// than in a decide closure (an allocation per operation saved): an
@@ -71,9 +71,8 @@ const (
 	kindEval                  // StartEval's script
 )
 
-// run starts an operation on the loop, as fanout does on the streams;
-// decide is called on the loop with the replies, once, never from within
-// run.
+// run starts an operation on the loop; decide is called on the loop with
+// the replies, once, never from within run.
 func (ql *qloop) run(db int, reqFor func(int) *req, again func(int, nodeReply) *req, deadline time.Time, decide func([]nodeReply, time.Duration)) {
 	ql.runOp(&lop{ql: ql, db: db, again: again, decide: decide}, reqFor, deadline)
 }
@@ -110,7 +109,7 @@ func (ql *qloop) runOp(lo *lop, reqFor func(int) *req, deadline time.Time) {
 
 func (lo *lop) send(i int, r *req) {
 	ln := lo.ql.node(i, lo.db)
-	if lo.ql.b.pending.blocks(ln.st, i, lo.db, r.writes) {
+	if lo.ql.b.pending.blocks(ln.lk, i, lo.db, r.writes) {
 		lo.op.deliver(i, nil, errUndoPending)
 		return
 	}
@@ -123,7 +122,8 @@ func (lo *lop) send(i int, r *req) {
 	}
 	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.repair, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, r.repair, lo.sentAt
 	lo.calls[i] = cl
-	lo.ql.b.pending.add(ln.st, i, lo.db, r.undo, 1)
+	lo.quiet = lo.quiet || r.quiet
+	lo.ql.b.pending.add(ln.lk, i, lo.db, r.undo, 1)
 	ln.send(cl, r.cmds.B)
 }
 
@@ -181,7 +181,7 @@ func (lo *lop) certain() bool {
 	case kindEval:
 		return lo.ql.b.evalCertain(lo.replies, scriptAt(lo.watch))
 	}
-	return false
+	return lo.certainFn != nil && lo.certainFn(lo.replies)
 }
 
 // expire is the deadline: the nodes that have not answered count as timed
@@ -368,8 +368,8 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 
 // StartEval implements backend.LoopBackend for a script whose class is
 // known (watchCached; a script's first call, which classifies it, and a
-// Guarded script's call, which runs it on the model, take the stream
-// path). It sends what Eval sends — the script alone, with each key's
+// Guarded script's call, which runs it on the model, are blocking calls,
+// run on the Backend's own loops). It sends what Eval sends — the script alone, with each key's
 // PTTL after an extend, with the reads around an acquire — and decides by
 // the same rules (evalOutcome). Like every lock operation it holds its
 // keys' stripes (stripe.go) from send until decided and undone, queued on

@@ -19,9 +19,10 @@ import (
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
-// The loop path (loop.go): a proxy on event loops over real nodes; every
-// test checks that the operations it looks at really ran on the loops
-// (LoopOps), so that a silent fall back to the streams cannot pass for it.
+// The front end's loops (loop.go): a proxy on event loops over real
+// nodes; every test checks that the operations it looks at really ran on
+// the front end's loops (LoopOps), so that a silent fall back to a
+// blocking call cannot pass for it.
 
 const releaseSrc = `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`
 
@@ -103,7 +104,7 @@ func TestLoopAcquireRelease(t *testing.T) {
 	})
 	for i, d := range directClients(t, nodes) {
 		var v string
-		if !settled(func() bool { v, _ = d.Get(ctx, "k").Result(); return v == "t2" }) {
+		if !testsrv.Settled(func() bool { v, _ = d.Get(ctx, "k").Result(); return v == "t2" }) {
 			t.Errorf("node %d holds k = %q; want t2", i, v)
 		}
 		if ttl, _ := d.PTTL(ctx, "k2").Result(); ttl <= 0 || ttl > 5*time.Second {
@@ -205,7 +206,7 @@ func TestLoopScriptUndoPartial(t *testing.T) {
 	direct := directClients(t, nodes)
 	waitLoopReady(t, c, b)
 	script := redis.NewScript(acquireSrc)
-	// The first call classifies the script, on the stream path.
+	// The first call classifies the script, as a blocking call.
 	if n, err := script.Run(ctx, c, []string{"first"}, "t", 10000).Int(); n != 1 || err != nil {
 		t.Fatalf("acquire script = %d, %v; want 1", n, err)
 	}
@@ -287,7 +288,7 @@ func TestLoopNoScriptFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A script's first call classifies it on the stream path (no Lua runs
+	// A script's first call classifies it as a blocking call (no Lua runs
 	// on a loop); later calls of a release are the loop's.
 	if err := c.EvalSha(ctx, sha, []string{"lock"}, "tok").Err(); err != nil {
 		t.Fatal(err)
@@ -296,8 +297,8 @@ func TestLoopNoScriptFallback(t *testing.T) {
 	nodes[0].Restart()
 	direct[1].ScriptFlush(ctx)
 	// Until the loop's connection to the restarted node is set up again,
-	// that node fails; wait for it (two connections: the stream's and the
-	// loop's).
+	// that node fails; wait for it (two connections: quorum's own loop's
+	// and the front end's loop's).
 	deadline = time.Now().Add(5 * time.Second)
 	for {
 		cl, _ := direct[0].ClientList(ctx).Result()
@@ -572,8 +573,8 @@ func TestLoopEnrolledNeverOpened(t *testing.T) {
 }
 
 // A script sent by EVAL whose source the proxy has not seen is compiled
-// off the loops (its first call goes to the node streams, as an EVALSHA
-// that needs classifying does); later calls run on the loop.
+// off the front end's loops (its first call is a blocking call, as an
+// EVALSHA that needs classifying is); later calls run on the loop.
 func TestLoopNewEvalOffLoop(t *testing.T) {
 	nodes := startNodes(t, 3)
 	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
@@ -600,9 +601,10 @@ func TestLoopNewEvalOffLoop(t *testing.T) {
 	}
 }
 
-// The loop path decides scripts as the stream path does: a reentrant
-// acquire agreed on 1 keeps the key on every node that answered 1
-// (TestScriptAgreedKeepsAgreeingNodes is the stream path's).
+// A script started on the front end's loop is decided as a blocking
+// call's: a reentrant acquire agreed on 1 keeps the key on every node
+// that answered 1 (TestScriptAgreedKeepsAgreeingNodes is the blocking
+// call's).
 func TestLoopScriptAgreedKeepsAgreeingNodes(t *testing.T) {
 	nodes := startNodes(t, 3)
 	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})

@@ -34,7 +34,7 @@ var (
 	descNodeFailures = prometheus.NewDesc("lockproxy_quorum_node_failures_total",
 		"Operations the node did not answer in time or at all (timeouts, connection errors, LOADING/BUSY replies).", []string{"node"}, nil)
 	descLoopOps = prometheus.NewDesc("lockproxy_quorum_loop_operations_total",
-		"Operations started on the front end's event loops (acquires and release scripts, undos included); the others ran on the node streams.", nil, nil)
+		"Operations started on the front end's event loops (acquires and release scripts, undos included); the others ran on quorum's own loops for blocking callers.", nil, nil)
 	descMajority = prometheus.NewDesc("lockproxy_quorum_majority",
 		"Nodes that must agree (N/2+1).", nil, nil)
 )

@@ -185,8 +185,7 @@ func lateWrote(granted bool, vals []backend.Value, err error, plain bool) bool {
 // its result or error, and, for an acquire that did not succeed, the nodes
 // that wrote the token and must have it deleted again (before the client
 // hears of it). Nodes that refused are never touched: the key they hold
-// is someone else's lock, whatever its value. The stream and the loop
-// paths both decide here.
+// is someone else's lock, whatever its value.
 func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl time.Duration, replies []nodeReply, elapsed time.Duration) (_ backend.SetResult, _ error, undo []bool) {
 	results, wrote, refused := tallySet(replies, plain)
 	// The validity rule applies to an acquire with a future expiry; without

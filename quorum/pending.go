@@ -7,8 +7,8 @@ import (
 
 // pendingUndos knows, per node, the owner-checked deletes (undos) whose
 // outcome is not known yet: sent and not answered, or kept for a later
-// connection (stream.redo), and on which line of connections to the node
-// each one travels: a stream, or a loop's connection to the node (each
+// connection (link.redo), and on which line of connections to the node
+// each one travels: each loop's connection to the node is one (its link
 // keeps its own redo). While one of key+token is pending on a node on one
 // line, no request that writes that key with that token is sent to that
 // node on another line: it is answered errUndoPending there, a failure
@@ -16,10 +16,9 @@ import (
 //
 // Why. One line keeps its order on the node: a later write runs after the
 // undo, and a broken connection is killed and its undos sent again before
-// the next one carries anything (stream.connect). Two lines do not: a
+// the next one carries anything (link.connect). Two lines do not: a
 // client that retries an acquire with the same token (redsync, node
-// redlock and redis-py all do) through another loop, or through the
-// stream, could get OK from a majority that includes a node where its old
+// redlock and redis-py all do) through another loop could get OK from a majority that includes a node where its old
 // attempt's undo runs afterwards, deleting the new lock there and leaving
 // it on fewer than Q nodes while its holder believes it holds it.
 //
@@ -42,13 +41,13 @@ type pendingKey struct {
 // lineCount is how many deletes of one key and token are pending on one
 // line of connections.
 type lineCount struct {
-	line *stream
+	line *link
 	n    int
 }
 
 // add counts d more (or, negative, fewer) pending deletes of us on line,
 // node's database db.
-func (p *pendingUndos) add(line *stream, node, db int, us []undoRec, d int) {
+func (p *pendingUndos) add(line *link, node, db int, us []undoRec, d int) {
 	if len(us) == 0 || p == nil {
 		return
 	}
@@ -83,7 +82,7 @@ func (p *pendingUndos) add(line *stream, node, db int, us []undoRec, d int) {
 // blocks reports whether a delete of one of ws (key and token pairs a
 // request may write) may still run on node's database db on a line other
 // than line.
-func (p *pendingUndos) blocks(line *stream, node, db int, ws []undoRec) bool {
+func (p *pendingUndos) blocks(line *link, node, db int, ws []undoRec) bool {
 	if len(ws) == 0 || p == nil || p.n.Load() == 0 {
 		return false
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,55 +88,16 @@ var (
 	_ backend.Checker = (*Backend)(nil)
 )
 
-// node is one Redis node: one stream per database used so far, and a
-// go-redis client for the monitor.
+// node is one Redis node: what its connections share, and a go-redis
+// client for the monitor.
 type node struct {
-	addr    string
-	opt     *redis.Options
-	streams [backend.Databases]atomic.Pointer[stream]
-	mu      sync.Mutex
-	closed  bool // under mu: Close ran; a stream made since is born closed
-	client  *redis.Client
+	addr   string
+	opt    *redis.Options
+	client *redis.Client
 
 	replies  prometheus.Observer // reply times
-	failures atomic.Uint64       // operations it failed (see fanout)
-	onRunID  func(string)        // each new stream connection's run_id (Backend.noteRunID)
-	index    int                 // its place in Backend.nodes
-	pending  *pendingUndos       // the Backend's
-	repairs  *repairQueue        // the Backend's
-}
-
-// stream returns the node's stream for db, starting it on first use.
-func (n *node) stream(db int, cfg *Config) *stream {
-	if s := n.streams[db].Load(); s != nil {
-		return s
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if s := n.streams[db].Load(); s != nil {
-		return s
-	}
-	var s *stream
-	if n.closed {
-		s = closedStream(n.addr, db)
-	} else {
-		s = newStream(n.addr, db, n.opt, cfg, n.replies, n.onRunID, n.index, n.pending)
-		s.repairs = n.repairs
-	}
-	n.streams[db].Store(s)
-	return s
-}
-
-// close closes the node's streams; streams asked for later fail every call.
-func (n *node) close() {
-	n.mu.Lock()
-	n.closed = true
-	n.mu.Unlock()
-	for i := range n.streams {
-		if s := n.streams[i].Load(); s != nil {
-			s.close()
-		}
-	}
+	failures atomic.Uint64       // operations it failed (settle)
+	onRunID  func(string)        // each new connection's run_id (Backend.noteRunID)
 }
 
 // New connects to the nodes (a node down at start is a node down, not a
@@ -156,16 +118,13 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("quorum: node %q: %w", a, err)
 		}
 		b.nodes = append(b.nodes, &node{addr: opt.Addr, opt: opt, client: redis.NewClient(opt),
-			replies: b.replies.WithLabelValues(opt.Addr), onRunID: func(id string) { b.noteRunID(i, id) },
-			index: i, pending: &b.pending, repairs: &b.repairs})
+			replies: b.replies.WithLabelValues(opt.Addr), onRunID: func(id string) { b.noteRunID(i, id) }})
 	}
 	b.stop, b.done = make(chan struct{}), make(chan struct{})
 	b.initHorizon()
-	// Database 0's streams connect now (a node down is a node down, not a
-	// failure to start); the others on first use.
-	for _, n := range b.nodes {
-		<-n.stream(0, &b.cfg).ready
-	}
+	// Database 0's connections are made now (a node down is a node down,
+	// not a failure to start); the others on first use.
+	b.startOwnLoops(ownLoops())
 	b.checkAll()
 	b.hz.ready.Store(true)
 	go b.monitor()
@@ -189,8 +148,8 @@ func nodeOptions(a string, cfg Config) (*redis.Options, error) {
 			return nil, err
 		}
 	}
-	// These options are the monitor's client's; the streams use Addr, the
-	// credentials, TLSConfig and the Dialer.
+	// These options are the monitor's client's; the engine's connections
+	// use Addr, the credentials, TLSConfig and the Dialer (link.go).
 	opt.Protocol = 2
 	opt.MaxRetries = -1
 	opt.ContextTimeoutEnabled = true
@@ -221,7 +180,6 @@ func (b *Backend) Close(context.Context) error {
 	errs = multierror.Append(errs, b.closeHorizon())
 	b.closeLoops()
 	for _, n := range b.nodes {
-		n.close()
 		errs = multierror.Append(errs, n.client.Close())
 	}
 	return errs.ErrorOrNil()
@@ -250,9 +208,9 @@ func (b *Backend) errNoQuorum(replies []nodeReply) error {
 	return &backend.ReplyError{Reply: reply, Err: errs.ErrorOrNil()}
 }
 
-// lateWork runs the work a late reply asks for (an undo, a script a node
-// had not run) on goroutines of its own: a stream's reader goroutine,
-// which delivers it, must not wait. Close waits for them; work asked for
+// lateWork runs the work a late reply asks for (a script a node had not
+// run, a horizon raise) on goroutines of its own: the event loop, which
+// delivers it, must not wait. Close waits for them; work asked for
 // after that is dropped (the nodes' connections are closing).
 type lateWork struct {
 	mu     sync.Mutex
@@ -276,3 +234,9 @@ func (l *lateWork) close() {
 	l.mu.Unlock()
 	l.wg.Wait()
 }
+
+// ownLoops is how many loops of its own a Backend runs for its blocking
+// callers: one per processor the Go scheduler uses, so that a goroutine
+// front end under load spreads its operations' votes as the event-loop
+// front end does.
+func ownLoops() int { return max(1, min(runtime.GOMAXPROCS(0), 8)) }

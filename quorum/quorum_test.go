@@ -197,7 +197,7 @@ func TestAcquireEverySubset(t *testing.T) {
 						}
 						// A refusal is answered once N−Q+1 nodes said held; a
 						// write that came after is undone right after it.
-						if !settled(func() bool { v, _ := direct[i].Get(t.Context(), key).Result(); return v != "mine" }) {
+						if !testsrv.Settled(func() bool { v, _ := direct[i].Get(t.Context(), key).Result(); return v != "mine" }) {
 							t.Errorf("%v: node %d still holds a failed acquisition", st, i)
 						}
 					}
@@ -262,8 +262,8 @@ func TestReleaseNeedsMajority(t *testing.T) {
 }
 
 // TestClosedServesNothing: after Close, an operation on a database no
-// operation used before (so no node stream existed for it) fails; it must
-// not start a stream, which would connect to the nodes and serve after
+// operation used before (so no node connection existed for it) fails; it
+// must not start one, which would connect to the nodes and serve after
 // Close, and stay running past it.
 func TestClosedServesNothing(t *testing.T) {
 	nodes := startNodes(t, 3)

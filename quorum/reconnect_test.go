@@ -15,7 +15,7 @@ import (
 )
 
 // TestRestartedNodeQuarantinedBeforeItVotes: X holds a lock on nodes 0
-// and 1; node 0 restarts empty. Its stream reconnects at once, long before
+// and 1; node 0 restarts empty. Its connection reconnects at once, long before
 // the monitor's next check (5s): the new connection itself must
 // quarantine it, or Y wins nodes 0 and 2 while X holds the lock.
 func TestRestartedNodeQuarantinedBeforeItVotes(t *testing.T) {
@@ -59,9 +59,9 @@ func (c *blockConn) SetDeadline(t time.Time) error {
 	return c.Conn.SetDeadline(t)
 }
 
-// TestCloseWhileConnecting: Close runs while a stream's connection is
+// TestCloseWhileConnecting: Close runs while a loop's connection is
 // between its setup and being stored where Close can reach it; Close must
-// still return (the connection is closed by the stream itself).
+// still return (the connection is closed by its set-up).
 func TestCloseWhileConnecting(t *testing.T) {
 	nodes := startNodes(t, 1)
 	d := &blockDialer{blocked: make(chan struct{}), release: make(chan struct{})}
@@ -71,7 +71,7 @@ func TestCloseWhileConnecting(t *testing.T) {
 		t.Fatal(err) // not newBackendCfg: this test closes b itself, and must see Close return
 	}
 	d.armed.Store(true)
-	go b.Set(context.Background(), 1, "k", []byte("t"), acq(time.Second)) // starts db 1's stream
+	go b.Set(context.Background(), 1, "k", []byte("t"), acq(time.Second)) // starts db 1's connections
 	<-d.blocked
 	closed := make(chan struct{})
 	go func() { b.Close(context.Background()); close(closed) }()
@@ -80,7 +80,7 @@ func TestCloseWhileConnecting(t *testing.T) {
 	select {
 	case <-closed:
 	case <-time.After(3 * time.Second):
-		t.Fatal("Backend.Close hangs: the stream's new connection was never closed")
+		t.Fatal("Backend.Close hangs: the new connection was never closed")
 	}
 }
 
@@ -128,7 +128,7 @@ func TestUndoRetryKeepsItsRedo(t *testing.T) {
 	if err != nil || r.Written {
 		t.Fatalf("acquire: %v %v; want nil", r, err)
 	}
-	time.Sleep(time.Second) // the stream reconnects and sends its redo list
+	time.Sleep(time.Second) // the connection reconnects and sends its redo list
 	time.Sleep(2 * time.Second)
 	if v, _ := direct[0].Get(ctx, "k").Result(); v == "mine" {
 		t.Fatal("node 0 still holds the undone acquisition: the undo's EVAL retry carried no undo record")

@@ -114,7 +114,7 @@ func (b *Backend) repairLoop(stop <-chan struct{}) {
 // repairKey repairs one key (see the top of this file); false when the
 // node, or too many others, could not be read yet.
 func (b *Backend) repairKey(rk repairKey) bool {
-	if !b.nodes[rk.node].stream(rk.db, &b.cfg).isUp() {
+	if !b.linkUp(rk.node, rk.db) {
 		// Not reachable yet (a dial is under way, or it keeps failing):
 		// no read to spend, and no failure to count against the node.
 		return false
@@ -154,4 +154,16 @@ func (b *Backend) repairKey(rk repairKey) bool {
 	ur.quiet = true
 	b.fanout(ctx, rk.db, only(rk.node, ur), again)
 	return true
+}
+
+// linkUp reports whether the first of the Backend's own loops, where
+// repairs run, has its connection to node i's database db up (setting it
+// up if it was never used).
+func (b *Backend) linkUp(i, db int) bool {
+	ql := b.lp.own[0]
+	isUp := make(chan bool, 1)
+	if ql.l.Execute(func() { isUp <- ql.node(i, db).state == up }) != nil {
+		return false
+	}
+	return <-isUp
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -32,7 +33,7 @@ func TestRepairAfterLostReply(t *testing.T) {
 	}
 	b.Set(ctx, 0, "shared", []byte("other"), acq(time.Minute)) // one held, one free, one hanging: TRYAGAIN
 	var v string
-	if !settled(func() bool { v, _ = direct[0].Get(ctx, "k").Result(); return v == "" }) {
+	if !testsrv.Settled(func() bool { v, _ = direct[0].Get(ctx, "k").Result(); return v == "" }) {
 		t.Fatalf("node 0 still holds k = %q, which no other node holds, after its connection broke", v)
 	}
 	if v, _ := direct[0].Get(ctx, "shared").Result(); v != "v" {

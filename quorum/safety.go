@@ -64,8 +64,8 @@ func (b *Backend) quarantine(i int, d time.Duration, why string) {
 
 // restarted keeps node i, seen to restart, out of votes for the longest
 // TTL granted: what it may have forgotten. Under its health's mu.
-// It runs with h.mu held, once per new process (runID): the stream's new
-// connection and the monitor both see a restart, and the first to see it
+// It runs with h.mu held, once per new process (runID): each loop's new
+// connection and the monitor all see a restart, and the first to see it
 // starts the quarantine and says so.
 func (b *Backend) restarted(i int, runID string) {
 	h := &b.health[i]

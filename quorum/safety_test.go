@@ -73,7 +73,7 @@ func TestCheckFailsWithoutMajority(t *testing.T) {
 	}
 }
 
-// TestRestartLoggedOnce: a restart is seen by the node's new stream
+// TestRestartLoggedOnce: a restart is seen by the node's new connection
 // connection and by the monitor, and logged once; the end of its
 // quarantine is logged too.
 func TestRestartLoggedOnce(t *testing.T) {
@@ -87,7 +87,7 @@ func TestRestartLoggedOnce(t *testing.T) {
 	}
 	nodes[0].Restart()
 	waitQuarantined(t, b, nodes[0].Addr)
-	b.Get(ctx, 0, "k") // the stream reconnects to node 0 and sees the new run_id too
+	b.Get(ctx, 0, "k") // the connection reconnects to node 0 and sees the new run_id too
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(logs.String(), "quarantine ended") {
 		if time.Now().After(deadline) {

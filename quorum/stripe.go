@@ -15,7 +15,7 @@ import (
 // share this order; their split votes end in nil or TRYAGAIN and the
 // clients retry, as with client-side Redlock.)
 //
-// A stripe is held by a blocking caller (the stream path waits for it) or
+// A stripe is held by a blocking caller (which waits for it) or
 // by an operation on an event loop, which never waits: it queues its start,
 // which runs on its own loop once the stripe is handed to it, in the order
 // the operations asked. Stripes are taken in ascending order, so two
@@ -89,7 +89,7 @@ type chanWaiter chan struct{}
 
 func (c chanWaiter) stripeReady() { close(c) }
 
-// lockKeys waits for the keys' stripes (the stream path) and returns what
+// lockKeys waits for the keys' stripes (a blocking caller) and returns what
 // releases them.
 func (b *Backend) lockKeys(keys ...string) func() {
 	idx := stripes(nil, keys)

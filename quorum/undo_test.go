@@ -112,7 +112,7 @@ func TestStaleUndoAcrossLoops(t *testing.T) {
 	if fz.count() <= onA {
 		t.Fatalf("client B's loop made no connection of its own to node 1 (%d, then %d)", onA, fz.count())
 	}
-	fz.freeze(onA) // loop A's connection (and the stream's) to node 1 stop
+	fz.freeze(onA) // loop A's connection (and quorum's own loop's) to node 1 stop
 
 	direct[2].Set(ctx, "k", "X", 30*time.Second) // X holds k on node 2 only
 	if ok, err := cA.SetNX(ctx, "k", "T", 10*time.Second).Result(); ok {
