@@ -28,38 +28,24 @@ import (
 // key (for the restart quarantine).
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
 	w := b.watchOf(ctx, s, keys, args, ro)
-	build, again, at := evalPlan(s, keys, args, ro, w)
-	defer b.lockKeys(keys...)()
-	start := time.Now()
-	o, replies := b.fanoutUntil(ctx, db, same(build(false)), again, func(r []nodeReply) bool { return b.evalCertain(r, at) })
-	v, err, created, count, undoAll := b.evalOutcome(keys, args, w, at, replies, time.Since(start))
-	if d := time.Duration(b.maxTTL.Load()); err == nil && b.needsCover(d) {
-		// The script left a TTL longer than the horizon markers cover:
-		// they must before the client hears of it (marker.go).
-		if cerr := b.coverTTL(ctx, d); cerr != nil {
-			v, err, undoAll = backend.Value{}, cerr, true
-		}
+	type result struct {
+		v   backend.Value
+		err error
 	}
-	b.undoCreated(ctx, db, created, count, undoAll)
-	if o.awaitsLate() {
-		failed := undoAll || err != nil
-		lctx := context.WithoutCancel(ctx)
-		var late func(i int, vals []backend.Value, lerr error)
-		late = func(i int, vals []backend.Value, lerr error) {
-			if lerr == nil && len(vals) > at && noScript(vals[at]) {
-				// The node had not run it: it runs it now, as it would
-				// have before the vote ended, and is judged the same way.
-				b.late.Go(func() {
-					r := b.fanout(lctx, db, only(i, build(true)), nil)[i]
-					late(i, r.vals, r.err)
-				})
-				return
-			}
-			b.repairs.add(i, db, lateCreated(keys, args, w, v, failed, vals, lerr))
-		}
-		o.onLate(late)
+	end := make(chan result, 1)
+	ql := b.ownLoop()
+	deadline, _ := ctx.Deadline()
+	// The operation is the event loops' own (lop, kindEval), started on
+	// one of the Backend's loops: it ends within the node timeout, so it
+	// is waited for even when ctx ends first.
+	if ql.l.Execute(func() {
+		ql.startEval(db, s, keys, args, ro, w, deadline, func(v backend.Value, err error) { end <- result{v, err} })
+	}) != nil {
+		_, replies := b.closedOp()
+		return backend.Value{}, b.errNoQuorum(replies)
 	}
-	return v, err
+	r := <-end
+	return r.v, r.err
 }
 
 // evalCertain reports whether a script's replies so far decide its reply:
@@ -102,22 +88,6 @@ func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value
 	return slices.Collect(maps.Keys(c))
 }
 
-// evalPlan is how a script is sent under w: build makes each node's
-// request (EVALSHA, or EVAL with eval set), again answers a node that did
-// not know the script, and at is where the script's own reply is among a
-// node's replies.
-func evalPlan(s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch) (build func(eval bool) *req, again func(int, nodeReply) *req, at int) {
-	build = func(eval bool) *req { return scriptRequest(s, keys, args, ro, w, eval) }
-	at = scriptAt(w)
-	again = func(_ int, r nodeReply) *req {
-		if r.err == nil && len(r.vals) > at && noScript(r.vals[at]) {
-			return build(true)
-		}
-		return nil
-	}
-	return build, again, at
-}
-
 // scriptRequest is a script call's request to each node under w: the
 // script, with the reads around it (watchKeys) or each key's PTTL after it
 // (watchTTLs).
@@ -139,7 +109,7 @@ func scriptAt(w scriptWatch) int {
 
 // evalOutcome decides a script's reply from the nodes' replies, which
 // took elapsed, and says which keys it created are to be removed again
-// (created, count and undoAll, for undoCreated).
+// (created, count and undoAll, for undoRequests).
 func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, at int, replies []nodeReply, elapsed time.Duration) (_ backend.Value, _ error, created []map[string]string, count map[string]int, undoAll bool) {
 	watch := w == watchKeys
 	vals := make([]backend.Value, len(replies))
@@ -361,19 +331,10 @@ func scriptTTLs(keys []string, created []map[string]string, count map[string]int
 	return longest, shortest
 }
 
-// undoCreated removes, with owner-checked deletes, the keys a script
-// created on fewer than Q nodes (count: createdCount), or on any node when
-// the vote failed.
-func (b *Backend) undoCreated(ctx context.Context, db int, created []map[string]string, count map[string]int, voteFailed bool) {
-	reqs := undoRequests(created, count, voteFailed, b.q)
-	if reqs == nil {
-		return
-	}
-	b.fanout(context.WithoutCancel(ctx), db, func(i int) *req { return reqs[i] }, nil)
-}
-
-// undoRequests are undoCreated's requests, by node (nil for a node with
-// nothing to undo; nil when no node has any).
+// undoRequests are the owner-checked deletes of the keys a script created
+// on fewer than Q nodes (count: createdCount), or on any node when the
+// vote failed, by node (nil for a node with nothing to undo; nil when no
+// node has any).
 func undoRequests(created []map[string]string, count map[string]int, voteFailed bool, q int) []*req {
 	if len(count) == 0 {
 		return nil

@@ -1,7 +1,6 @@
 package quorum
 
 import (
-	"slices"
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
@@ -234,7 +233,7 @@ func (lo *lop) end() {
 		} else {
 			lo.releaseStripes()
 		}
-		if slices.Contains(lo.lateWait, true) {
+		if lo.awaitsLate() {
 			lo.granted = err == nil && res.Written
 			lo.lateFromNowOn()
 		}
@@ -276,7 +275,11 @@ func (lo *lop) finishEval(v backend.Value, err error, created []map[string]strin
 	} else {
 		lo.releaseStripes()
 	}
-	if slices.Contains(lo.lateWait, true) {
+	// awaitsLate, not lateWait alone: while the reply waited for the
+	// horizon markers, a late reply may have come already (kept in
+	// lateBuf, its lateWait cleared). Found when EXEC moved onto the
+	// loops: a refused transaction's write on the third node stayed.
+	if lo.awaitsLate() {
 		// A late reply may come after the read buffer v points into was
 		// reused.
 		lo.told, lo.failed = cloneValue(v), undoAll || err != nil
@@ -379,10 +382,16 @@ func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byt
 	if !ok || !ql.usable(db) {
 		return false
 	}
+	ql.startEval(db, s, keys, args, ro, w, deadline, done)
+	return true
+}
+
+// startEval starts a script whose watch is known: StartEval's, and a
+// blocking Eval's on the Backend's own loops.
+func (ql *qloop) startEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch, deadline time.Time, done func(backend.Value, error)) {
 	lo := &lop{ql: ql, db: db, kind: kindEval, script: s, keys: keys, args: args, ro: ro, watch: w, evalDone: done}
 	lo.req, lo.deadline = scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, false), deadline
 	lo.startLocked(keys)
-	return true
 }
 
 // startLocked begins the operation once it holds its keys' stripes: at
