@@ -24,6 +24,11 @@ type ScriptCaller struct {
 	RO bool
 }
 
+// LockModelOnly tells luascripts' Runner that this Caller serves the lock
+// model only: a script that can send another command is refused before it
+// runs, as on every backend (luascripts/refuse.go).
+func (c *ScriptCaller) LockModelOnly() bool { return true }
+
 // Call runs one command for the script.
 func (c *ScriptCaller) Call(ctx context.Context, args [][]byte) (backend.Value, error) {
 	if len(args) == 0 {
@@ -52,7 +57,7 @@ func (c *ScriptCaller) Call(ctx context.Context, args [][]byte) (backend.Value, 
 		return backend.Value{}, backend.Reply(backend.MsgScriptNoScript)
 	}
 	if redisCommands[n] {
-		return backend.Value{}, backend.Reply("ERR lockproxy serves lock commands only: '" + n + "' is not supported")
+		return backend.Value{}, backend.Reply(NotServedMsg(n))
 	}
 	return backend.Value{}, backend.Reply(backend.MsgScriptUnknown)
 }
@@ -106,6 +111,16 @@ var noScriptCommands = map[string]int{
 	"script": -2, "function": -2, "subscribe": -2, "unsubscribe": -1, "psubscribe": -2,
 	"punsubscribe": -1, "ssubscribe": -2, "sunsubscribe": -1, "auth": -2, "hello": -1,
 	"client": -2, "reset": 1, "monitor": 1, "sync": 1, "psync": -3, "quit": -1, "save": 1,
+}
+
+// NotServed reports whether name (lower case) is a command of Redis 7 that
+// lockproxy does not serve, in scripts or outside them.
+func NotServed(name string) bool { return redisCommands[name] && Lookup([]byte(name)) == nil }
+
+// NotServedMsg is the error a script gets for calling NotServed command
+// name.
+func NotServedMsg(name string) string {
+	return "ERR lockproxy serves lock commands only: '" + name + "' is not supported"
 }
 
 // redisCommands names the other commands of Redis 7, so that a script

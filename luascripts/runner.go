@@ -46,8 +46,9 @@ type Runner struct {
 // compiled is a script ready to run: its Lua function and, for a
 // catalogued script, its Go version.
 type compiled struct {
-	proto  *lua.FunctionProto
-	native native
+	proto   *lua.FunctionProto
+	native  native
+	refused error // the script can send a command lockproxy does not serve (refuse.go)
 }
 
 // maxCompiled bounds the compiled-script cache; past it the cache starts
@@ -136,7 +137,7 @@ func (r *Runner) compiled(s backend.Script) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	p = &compiled{proto: proto, native: lookupNative(s.Src)}
+	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s)}
 	r.mu.Lock()
 	if len(r.procs) >= maxCompiled {
 		clear(r.procs)
@@ -160,6 +161,11 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	p, err := r.compiled(s)
 	if err != nil {
 		return backend.Value{}, err
+	}
+	if p.refused != nil {
+		if m, ok := c.(lockModel); ok && m.LockModelOnly() {
+			return backend.Value{}, p.refused
+		}
 	}
 	if p.native != nil {
 		if v, ok, err := p.native(ctx, keys, args, c); ok {

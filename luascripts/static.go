@@ -24,8 +24,9 @@ import (
 // or spread from a table (unpack), _G, loadstring, any global outside the
 // list — makes the answer "unknown", and the script is watched.
 
-// commandSet is the set of commands a script can send (lower case).
-type commandSet map[string]bool
+// commandSet is the set of commands a script can send (lower case), each
+// with the line of its first call in the text.
+type commandSet map[string]int
 
 // staticCommands returns every command src can send, or ok false when
 // that cannot be read off its syntax (or it does not compile).
@@ -201,7 +202,9 @@ func (w *walker) expr(e ast.Expr) {
 					w.ok = false // a command chosen at run time
 					return
 				}
-				w.cmds[strings.ToLower(name.Value)] = true
+				if n := strings.ToLower(name.Value); w.cmds[n] == 0 {
+					w.cmds[n] = max(e.Line(), 1)
+				}
 				if k.Value == "pcall" {
 					w.core = false
 				}

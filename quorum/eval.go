@@ -27,13 +27,20 @@ import (
 // a release is one command per node, an extend the script and a PTTL per
 // key (for the restart quarantine).
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
+	if err := b.classes.Refusal(s); err != nil {
+		return backend.Value{}, err // beyond the lock model: refused as on every backend (luascripts/refuse.go)
+	}
 	w := b.watchOf(ctx, s, keys, args, ro)
 	type result struct {
 		v   backend.Value
 		err error
 	}
 	end := make(chan result, 1)
-	ql := b.ownLoop()
+	key := ""
+	if len(keys) > 0 {
+		key = keys[0]
+	}
+	ql := b.ownLoop(key)
 	deadline, _ := ctx.Deadline()
 	// The operation is the event loops' own (lop, kindEval), started on
 	// one of the Backend's loops: it ends within the node timeout, so it
@@ -75,8 +82,8 @@ func (b *Backend) evalCertain(replies []nodeReply, at int) bool {
 // lateCreated returns the keys a script created on a node whose reply came
 // after the vote ended and whose client was not told of it: every key it
 // created there, unless its reply is the one the client was told (told,
-// and the vote did not fail). They are repaired, not undone, for the
-// reason lateWrote gives.
+// and the vote did not fail, and the call was not overtaken: lateWrote).
+// They are repaired, not undone, for the reasons lateWrote gives.
 func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value, failed bool, vals []backend.Value, err error) []string {
 	if w != watchKeys || err != nil || len(vals) != 3+len(keys) {
 		return nil

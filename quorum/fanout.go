@@ -126,8 +126,8 @@ var (
 // node costs at most its timeout and delays no other node's request. When
 // again returns a request for a node's reply (a script the node did not
 // know), it is sent to that node and waited for within the same deadline.
-func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, again func(i int, r nodeReply) *req) []nodeReply {
-	_, replies := b.fanoutUntil(ctx, db, reqFor, again, nil)
+func (b *Backend) fanout(ctx context.Context, db int, key string, reqFor func(i int) *req, again func(i int, r nodeReply) *req) []nodeReply {
+	_, replies := b.fanoutUntil(ctx, db, key, reqFor, again, nil)
 	return replies
 }
 
@@ -140,9 +140,10 @@ func (b *Backend) fanout(ctx context.Context, db int, reqFor func(i int) *req, a
 //
 // It is the blocking callers' way onto the engine: the operation runs on
 // one of the Backend's own loops (ownloop.go), as the front end's loops
-// run theirs, and the caller waits for its end.
-func (b *Backend) fanoutUntil(ctx context.Context, db int, reqFor func(i int) *req, again func(i int, r nodeReply) *req, certain func([]nodeReply) bool) (*op, []nodeReply) {
-	ql := b.ownLoop()
+// run theirs, and the caller waits for its end. key (the operation's
+// first key, "" for none) picks the loop: see ownLoop.
+func (b *Backend) fanoutUntil(ctx context.Context, db int, key string, reqFor func(i int) *req, again func(i int, r nodeReply) *req, certain func([]nodeReply) bool) (*op, []nodeReply) {
+	ql := b.ownLoop(key)
 	end := make(chan []nodeReply, 1)
 	lo := &lop{ql: ql, db: db, again: again, certainFn: certain, decide: func(replies []nodeReply, _ time.Duration) { end <- replies }}
 	deadline, _ := ctx.Deadline()

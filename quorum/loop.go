@@ -96,10 +96,18 @@ func (b *Backend) startOwnLoops(n int) {
 	}
 }
 
-// ownLoop returns one of the Backend's own loops, in turn.
-func (b *Backend) ownLoop() *qloop {
+// ownLoop returns the Backend's own loop for an operation on key: the
+// same one for every operation on a key, so that they reach each node on
+// one connection, in order — an operation ends once a majority agreed,
+// and on another connection the next one could overtake it on a node
+// that has not run it yet (lateWrote says what is done when that happens
+// anyway, across the front end's loops). Without a key, in turn.
+func (b *Backend) ownLoop(key string) *qloop {
 	own := b.lp.own
-	return own[int(b.lp.next.Add(1))%len(own)]
+	if key == "" {
+		return own[int(b.lp.next.Add(1))%len(own)]
+	}
+	return own[int(stripe(key))%len(own)]
 }
 
 // LoopOps counts the operations started on the front end's event loops

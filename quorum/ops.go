@@ -126,20 +126,21 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	if err := b.coverTTL(ctx, ttl); err != nil { // the horizon marker first (marker.go)
 		return backend.SetResult{}, err
 	}
-	defer b.lockKeys(key)()
+	release, tk := b.lockKeysTaken(key)
+	defer release()
 	start := time.Now()
 	var certain func([]nodeReply) bool
 	if o.Cond == backend.IfAbsent && !o.Get {
 		certain = func(replies []nodeReply) bool { return b.setCertain(replies, plain) }
 	}
-	op, replies := b.fanoutUntil(ctx, db, same(r), again, certain)
+	op, replies := b.fanoutUntil(ctx, db, key, same(r), again, certain)
 	res, err, undo := b.setOutcome(o, plain, mode, ttl, replies, time.Since(start))
 	if o.Cond == backend.IfAbsent {
 		b.undoWrites(ctx, db, key, token, undo)
 		granted := err == nil && res.Written
 		if op.awaitsLate() {
 			op.onLate(func(i int, vals []backend.Value, err error) {
-				if lateWrote(granted, vals, err, plain) {
+				if lateWrote(granted && !b.overtaken(tk), vals, err, plain) {
 					b.repairs.add(i, db, []string{key})
 				}
 			})
@@ -164,15 +165,25 @@ func (b *Backend) setCertain(replies []nodeReply, plain bool) bool {
 }
 
 // lateWrote reports whether a reply that came after an acquire ended says
-// the node wrote the token while the client was not told it got the lock.
-// That write is not undone at once: other nodes may have run the same
-// acquire late too, and a majority read may have seen it meanwhile; an
-// undo would then make a value vanish that a read returned (the acquire's
-// outcome was unknown to its client: it may have taken effect, and then
-// it stays until its owner releases it or its TTL ends). The key is
-// repaired instead (repair.go), which deletes it there only while no
-// majority can see it. A node that never answers (err) is repaired when
-// its connection breaks.
+// the node wrote the token while the client was not told it got the lock
+// (granted false), or was told, but the acquire may have been overtaken.
+// The key is repaired there (repair.go), which deletes it only while no
+// majority can see it:
+//
+//   - not told: the write is not undone at once, because other nodes may
+//     have run the same acquire late too and a majority read may have
+//     seen it meanwhile; an undo would then make a value vanish that a
+//     read returned;
+//   - overtaken: once the acquire was decided, the next operation on the
+//     key went out on another connection (another loop's: stripe.go's
+//     overtaken) and may have reached this node first. A release that ran
+//     before the late acquire would leave the lock on this node alone
+//     until its TTL ends, and two such nodes refuse every acquire of the
+//     key meanwhile. While the lock is held, the repair finds it on a
+//     majority and keeps it. Operations on one connection cannot overtake
+//     each other, so the repair's reads are spent only on a switch.
+//
+// A node that never answers (err) is repaired when its connection breaks.
 func lateWrote(granted bool, vals []backend.Value, err error, plain bool) bool {
 	if granted || err != nil || len(vals) == 0 {
 		return false
@@ -360,7 +371,7 @@ func (b *Backend) undoWrites(ctx context.Context, db int, key string, token []by
 		return
 	}
 	r, again := undoRequest(key, token)
-	b.fanout(context.WithoutCancel(ctx), db, func(i int) *req {
+	b.fanout(context.WithoutCancel(ctx), db, key, func(i int) *req {
 		if on[i] {
 			return r
 		}
@@ -426,7 +437,11 @@ func (b *Backend) voteOne(replies []nodeReply) (backend.Value, bool) {
 func (b *Backend) do(ctx context.Context, db int, args ...string) []nodeReply {
 	r := &req{}
 	r.cmds.Strs(args...)
-	return b.fanout(ctx, db, same(r), nil)
+	key := ""
+	if len(args) > 1 {
+		key = args[1]
+	}
+	return b.fanout(ctx, db, key, same(r), nil)
 }
 
 // voteInt runs an integer command everywhere and returns what Q nodes said.
@@ -500,7 +515,7 @@ func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Co
 	r := &req{repair: []string{key}}
 	c := []byte(condName(cond))
 	runScript(&r.cmds, delIfScript, false, []string{key}, match, c)
-	return b.voteBool(b.fanout(ctx, db, same(r), scriptFallback(delIfScript, []string{key}, match, c)))
+	return b.voteBool(b.fanout(ctx, db, key, same(r), scriptFallback(delIfScript, []string{key}, match, c)))
 }
 
 // Exists implements backend.KeySpace.

@@ -23,12 +23,13 @@ import (
 // read to the loop, and a writer goroutine, which writes what the loop
 // wrote, so that the loop itself never blocks on a socket.
 type ownLoop struct {
-	mu     sync.Mutex
-	queue  []func()
-	spare  []func()
-	closed bool
-	wake   chan struct{}
-	done   chan struct{}
+	mu       sync.Mutex
+	queue    []func()
+	spare    []func()
+	stopping bool // stop was called: the loop ends once nothing is queued
+	closed   bool // the loop has ended: Execute refuses
+	wake     chan struct{}
+	done     chan struct{}
 }
 
 var _ backend.Loop = (*ownLoop)(nil)
@@ -74,7 +75,8 @@ func (l *ownLoop) run() {
 			l.mu.Lock()
 			batch := l.queue
 			l.queue, l.spare = l.spare[:0], nil
-			stop := l.closed && len(batch) == 0
+			stop := l.stopping && len(batch) == 0
+			l.closed = stop
 			l.mu.Unlock()
 			if stop {
 				return
@@ -91,11 +93,14 @@ func (l *ownLoop) run() {
 	}
 }
 
-// stop refuses new functions, runs those queued, and returns when the
-// loop has ended.
+// stop ends the loop once it has run every function queued, those that
+// the functions it runs queue included (an operation that fails at once
+// on a closed connection ends on the next pass): Execute refuses only
+// after that, so nothing queued is lost. It returns when the loop has
+// ended.
 func (l *ownLoop) stop() {
 	l.mu.Lock()
-	l.closed = true
+	l.stopping = true
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:

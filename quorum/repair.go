@@ -114,7 +114,7 @@ func (b *Backend) repairLoop(stop <-chan struct{}) {
 // repairKey repairs one key (see the top of this file); false when the
 // node, or too many others, could not be read yet.
 func (b *Backend) repairKey(rk repairKey) bool {
-	if !b.linkUp(rk.node, rk.db) {
+	if !b.linkUp(rk.node, rk.db, rk.key) {
 		// Not reachable yet (a dial is under way, or it keeps failing):
 		// no read to spend, and no failure to count against the node.
 		return false
@@ -124,7 +124,7 @@ func (b *Backend) repairKey(rk repairKey) bool {
 	defer b.lockKeys(rk.key)()
 	r := &req{quiet: true}
 	r.cmds.Strs("get", rk.key)
-	replies := b.fanout(ctx, rk.db, same(r), nil)
+	replies := b.fanout(ctx, rk.db, rk.key, same(r), nil)
 	held, ok := one(replies[rk.node])
 	if !ok {
 		return false
@@ -152,15 +152,15 @@ func (b *Backend) repairKey(rk repairKey) bool {
 	}
 	ur, again := undoRequest(rk.key, held.Str)
 	ur.quiet = true
-	b.fanout(ctx, rk.db, only(rk.node, ur), again)
+	b.fanout(ctx, rk.db, rk.key, only(rk.node, ur), again)
 	return true
 }
 
-// linkUp reports whether the first of the Backend's own loops, where
-// repairs run, has its connection to node i's database db up (setting it
-// up if it was never used).
-func (b *Backend) linkUp(i, db int) bool {
-	ql := b.lp.own[0]
+// linkUp reports whether key's own loop, where its repair runs, has its
+// connection to node i's database db up (setting it up if it was never
+// used).
+func (b *Backend) linkUp(i, db int, key string) bool {
+	ql := b.ownLoop(key)
 	isUp := make(chan bool, 1)
 	if ql.l.Execute(func() { isUp <- ql.node(i, db).state == up }) != nil {
 		return false

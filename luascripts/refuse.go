@@ -1,0 +1,104 @@
+package luascripts
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/keycmd"
+)
+
+// Scripts that reach beyond the lock model. The memory and postgres
+// backends run a script on the lock model, where a call of a command
+// lockproxy does not serve (keycmd.NotServed: ZADD, HSET, INCR, TYPE …)
+// fails; the quorum backend runs scripts on its nodes, which would serve
+// it: one script, two answers. So every backend refuses, before running
+// anything, a script whose text can send such a command (Run, when its
+// Caller serves the lock model only, for memory and postgres; Refusal for
+// quorum), with the error a call of it
+// gives (redis.call's form: "ERR lockproxy serves lock commands only:
+// 'zadd' is not supported script: <sha>, on @user_script:<line>.", the
+// line of the command's first call in the text). Refused before it runs,
+// such a script writes nothing, on every backend.
+//
+// What remains: a script that reaches such a call only on some runs is
+// refused on every run; one that would catch the error with redis.pcall
+// gets the refusal too; and a script whose commands cannot be read off
+// its text (a command named at run time) still runs — on the lock model,
+// which refuses the call when it is reached, or on quorum's nodes, which
+// serve it. Serving these commands on every backend (the beyond-strings
+// work) ends all three.
+
+// lockModel is a Caller that serves the lock model only (keycmd's
+// ScriptCaller): Run refuses, before running, a script that can send a
+// command it does not serve.
+type lockModel interface{ LockModelOnly() bool }
+
+// refusal returns the error for a script that can send a command
+// lockproxy does not serve, or nil.
+func refusal(s backend.Script) error {
+	cmds, ok, _ := analyse(s.Src)
+	if !ok {
+		return nil
+	}
+	type call struct {
+		name string
+		line int
+	}
+	var out []call
+	for name, line := range cmds {
+		if keycmd.NotServed(name) {
+			out = append(out, call{name, line})
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	first := slices.MinFunc(out, func(a, b call) int { return cmp.Or(cmp.Compare(a.line, b.line), cmp.Compare(a.name, b.name)) })
+	sha := s.SHA1
+	if sha == "" {
+		sha = SHA1(s.Src)
+	}
+	return &backend.ReplyError{Reply: keycmd.NotServedMsg(first.name) + " script: " + sha + ", on @user_script:" + strconv.Itoa(first.line) + "."}
+}
+
+// Refusal returns the error every backend gives s when it can send a
+// command lockproxy does not serve (the top of this file), or nil (also
+// when s does not compile: that error is Run's). Cached with the compiled
+// script.
+func (r *Runner) Refusal(s backend.Script) error {
+	if s.SHA1 == "" {
+		s.SHA1 = SHA1(s.Src)
+	}
+	p, err := r.compiled(s)
+	if err != nil {
+		return nil
+	}
+	return p.refused
+}
+
+// RefusalCached is Refusal without compiling: ok false when s was not
+// compiled yet (for callers that must not compile in place, such as an
+// event loop).
+func (r *Runner) RefusalCached(s backend.Script) (err error, ok bool) {
+	r.mu.RLock()
+	p := r.procs[s.SHA1]
+	r.mu.RUnlock()
+	if p == nil {
+		return nil, false
+	}
+	return p.refused, true
+}
+
+// Refusal is the Runner's Refusal, for the quorum backend, which runs
+// scripts on its nodes but classifies them here.
+func (c *Classes) Refusal(s backend.Script) error { return c.runner().Refusal(s) }
+
+// RefusalCached is the Runner's RefusalCached.
+func (c *Classes) RefusalCached(s backend.Script) (error, bool) {
+	if s.Src == "" || s.SHA1 == "" {
+		return nil, s.Src == ""
+	}
+	return c.runner().RefusalCached(s)
+}

@@ -1,0 +1,73 @@
+package tests
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/luascripts"
+)
+
+// TestScriptsBeyondLockModelAlike: a script that calls a command
+// lockproxy does not serve (sorted sets, hashes, counters, TYPE) gets the
+// same reply on every backend, and writes nothing anywhere. Memory and
+// postgres run scripts on the lock model, which refuses the call when it
+// is reached; quorum runs them on its nodes, which would serve it, so it
+// refuses such a script before sending it (luascripts/refuse.go). Before
+// that, quorum answered ZADD's 1 where the others answered an error.
+func TestScriptsBeyondLockModelAlike(t *testing.T) {
+	quorumAddr, nodes := testsrv.StartQuorumProxy(t, 3)
+	pgAddr, _ := testsrv.StartPostgresProxy(t, "advisory")
+	backends := []struct{ name, addr string }{
+		{"memory", testsrv.StartMemoryProxy(t)},
+		{"quorum", quorumAddr},
+		{"postgres", pgAddr},
+	}
+	refusing := "local n = 0\n" +
+		"redis.call('set', KEYS[1], ARGV[1], 'PX', 10000)\n" +
+		"return redis.call('hincrby', KEYS[1] .. ':h', 'f', 1)"
+	scripts := [][]string{
+		{"EVAL", "return redis.call('zadd', KEYS[1], 1, 'a')", "1", "z"},
+		{"EVAL", refusing, "1", "lock:h", "tok"},
+		{"EVAL", "return redis.call('incr', 'counter')", "0"},
+		{"EVAL", "return redis.call('type', KEYS[1])", "1", "lock:h"},
+		{"EVALSHA", luascripts.SHA1(refusing), "1", "lock:h", "tok"},
+		// A script that only reads and writes strings is served alike too.
+		{"EVAL", "return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', 10000)", "1", "lock:s", "tok"},
+	}
+	after := [][]string{{"EXISTS", "z", "lock:h", "lock:h:h", "counter"}, {"GET", "lock:s"}}
+	replies := map[string][]string{}
+	for _, be := range backends {
+		c := dialRESP(t, be.addr)
+		if r, err := c.do("SCRIPT", "LOAD", refusing); err != nil || r != "$40\r\n"+luascripts.SHA1(refusing)+"\r\n" {
+			t.Fatalf("%s: SCRIPT LOAD = %q, %v", be.name, r, err)
+		}
+		for _, cmd := range append(scripts, after...) {
+			r, err := c.do(cmd...)
+			if err != nil {
+				t.Fatalf("%s: %v: %v", be.name, cmd[:2], err)
+			}
+			replies[be.name] = append(replies[be.name], r)
+		}
+	}
+	for i, cmd := range append(scripts, after...) {
+		want := replies["memory"][i]
+		for _, be := range backends[1:] {
+			if got := replies[be.name][i]; got != want {
+				t.Errorf("%v: %s answered %q, memory %q", cmd[:2], be.name, got, want)
+			}
+		}
+	}
+	if got := replies["memory"][0]; got[0] != '-' {
+		t.Errorf("memory served ZADD in a script (%q): the test no longer tests a refusal", got)
+	}
+	// Nothing reached the quorum nodes but the plain string lock.
+	for i, n := range nodes {
+		d := redis.NewClient(&redis.Options{Addr: n.Addr})
+		if k, err := d.Keys(t.Context(), "*").Result(); err != nil || len(k) > 1 {
+			t.Errorf("node %d holds %v (%v); want lock:s at most", i, k, err)
+		}
+		d.Close()
+	}
+}
