@@ -15,14 +15,19 @@
 //     it late too, and a read may have seen it. Undos before the answer are
 //     owner-checked deletes and go only to nodes that said they wrote, never
 //     to one that refused: values are not always unique.
-//   - This proxy's operations on one key reach every node in one order:
-//     each holds its keys' stripes from send to decision (stripe.go). No
-//     write of a key and token goes to a node while an undo of that pair
-//     is pending there on another connection (pending.go).
+//   - This proxy's operations on one key are sent one at a time: each
+//     holds its keys' stripes from send to decision (stripe.go), and
+//     reaches every node after the one before it on the same loop. One
+//     sent on another loop may overtake a late one on a slow node: a late
+//     write whose stripe another loop took since is repaired, told or not
+//     (lateWrote). No write of a key and token goes to a node while an
+//     undo of that pair is pending there on another connection
+//     (pending.go).
 //   - A key a lost connection or a late reply may have left on a node is
 //     repaired once the node is reachable, deleted there only when Q other
-//     nodes answered without it: no majority can see it (repair.go). A call's connection is broken only after a grace of
-//     at least a second past its deadline, so brief pauses lose no reply.
+//     nodes answered without it: no majority can see it (repair.go). A
+//     call's connection is broken only after a grace of at least a second
+//     past its deadline, so brief pauses lose no reply.
 //   - A node that may have forgotten locks (its run_id changed, or on
 //     first contact its horizon marker is missing or its uptime is below
 //     it) is kept out of votes for the longest TTL granted, unless it

@@ -133,7 +133,18 @@ func (b *Backend) closeLoops() {
 	b.lp.mu.Unlock()
 	for _, ql := range all {
 		ql.cancel()
-		ql.exec(ql.close)
+		// Wait until the loop has closed ql: until then an operation it
+		// runs can still start a connection's set-up (wg.Go), which must
+		// not race wg.Wait below. A front end's loop that stopped runs
+		// nothing, and one that takes it but never runs it is waited for a
+		// second only.
+		done := make(chan struct{})
+		if ql.l.Execute(func() { ql.close(); close(done) }) == nil {
+			select {
+			case <-done:
+			case <-time.After(time.Second):
+			}
+		}
 	}
 	b.lp.wg.Wait()
 	for _, l := range b.lp.ownRaw {

@@ -5,13 +5,13 @@ import (
 	"sync"
 )
 
-// This proxy's operations on one key reach every node in one order: each
-// lock operation holds its keys' stripes from the moment it is sent until
-// it is decided (and until the undos it sends have run), and the next
-// operation on those keys is sent only then. Concurrent acquires, releases
-// and scripts of one key therefore cannot split the vote by reaching two
-// nodes in different orders: with one node of three down, the two left
-// always agree. (Several proxy instances in front of the same nodes do not
+// This proxy's operations on one key reach the nodes that answer them in
+// one order: each lock operation holds its keys' stripes from the moment
+// it is sent until it is decided (and until the undos it sends have run),
+// and the next operation on those keys is sent only then. Concurrent
+// acquires, releases and scripts of one key therefore cannot split the
+// vote by reaching two nodes in different orders: with one node of three
+// down, the two left always agree. (Several proxy instances in front of the same nodes do not
 // share this order; their split votes end in nil or TRYAGAIN and the
 // clients retry, as with client-side Redlock.)
 //
