@@ -42,6 +42,7 @@ var keysCases = []struct {
 	{args: []string{"del", "a", "b", "c"}},
 	{args: []string{"unlink", "a", "b"}},
 	{args: []string{"exists", "a", "a", "b"}},
+	{args: []string{"type", "k"}},
 	{args: []string{"dbsize"}, want: nil},
 	{args: []string{"delifeq", "k", "v"}, want: []string{"k"}},
 	{args: []string{"delex", "k"}, want: []string{"k"}},

@@ -11,7 +11,7 @@ import (
 
 // Scripts that reach beyond the lock model. The memory and postgres
 // backends run a script on the lock model, where a call of a command
-// lockproxy does not serve (keycmd.NotServed: ZADD, HSET, INCR, TYPE …)
+// lockproxy does not serve (keycmd.NotServed: ZADD, HSET, INCR, LPUSH …)
 // fails; the quorum backend runs scripts on its nodes, which would serve
 // it: one script, two answers. So every backend refuses, before running
 // anything, a script whose text can send such a command (Run, when its

@@ -67,6 +67,9 @@ func cmdInfo(cl *client, args [][]byte) backend.Value {
 		"total_commands_processed:"+strconv.FormatInt(s.stats.commands.Load(), 10),
 	)
 	section("Replication", "role:master", "connected_slaves:0")
+	// Test harnesses read it to tell a cluster from a single server
+	// (redis-py's conftest: cluster_enabled).
+	section("Cluster", "cluster_enabled:0")
 	var ks []string
 	for db := range keycmd.Databases {
 		if n, err := s.b.DBSize(cl.ctx, db); err == nil && n > 0 {

@@ -10,7 +10,7 @@ import (
 )
 
 // TestScriptsBeyondLockModelAlike: a script that calls a command
-// lockproxy does not serve (sorted sets, hashes, counters, TYPE) gets the
+// lockproxy does not serve (sorted sets, hashes, lists, counters) gets the
 // same reply on every backend, and writes nothing anywhere. Memory and
 // postgres run scripts on the lock model, which refuses the call when it
 // is reached; quorum runs them on its nodes, which would serve it, so it
@@ -31,7 +31,7 @@ func TestScriptsBeyondLockModelAlike(t *testing.T) {
 		{"EVAL", "return redis.call('zadd', KEYS[1], 1, 'a')", "1", "z"},
 		{"EVAL", refusing, "1", "lock:h", "tok"},
 		{"EVAL", "return redis.call('incr', 'counter')", "0"},
-		{"EVAL", "return redis.call('type', KEYS[1])", "1", "lock:h"},
+		{"EVAL", "return redis.call('lpush', KEYS[1], 'x')", "1", "lock:h"},
 		{"EVALSHA", luascripts.SHA1(refusing), "1", "lock:h", "tok"},
 		// A script that only reads and writes strings is served alike too.
 		{"EVAL", "return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', 10000)", "1", "lock:s", "tok"},
