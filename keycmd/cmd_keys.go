@@ -23,20 +23,6 @@ func cmdExists(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) 
 	return backend.Int(n), nil
 }
 
-// cmdType is TYPE key: every value of the lock model is a string, so a
-// key that exists is one (Symfony Lock's scripts ask before they touch a
-// key).
-func cmdType(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (backend.Value, error) {
-	n, err := ks.Exists(ctx, db, keys(args[1:]))
-	if err != nil {
-		return backend.Value{}, err
-	}
-	if n == 0 {
-		return backend.Status("none"), nil
-	}
-	return backend.Status("string"), nil
-}
-
 func cmdDBSize(ctx context.Context, ks backend.KeySpace, db int, _ [][]byte) (backend.Value, error) {
 	n, err := ks.DBSize(ctx, db)
 	if err != nil {

@@ -52,7 +52,6 @@ var table = map[string]*Command{
 	"del":       {Name: "del", Arity: -2, Write: true, keys: allKeys, run: cmdDel},
 	"unlink":    {Name: "unlink", Arity: -2, Write: true, keys: allKeys, run: cmdDel},
 	"exists":    {Name: "exists", Arity: -2, keys: allKeys, run: cmdExists},
-	"type":      {Name: "type", Arity: 2, keys: oneKey, run: cmdType},
 	"dbsize":    {Name: "dbsize", Arity: 1, run: cmdDBSize},
 	"delifeq":   {Name: "delifeq", Arity: 3, Write: true, keys: oneKey, run: cmdDelIfEq},
 	"delex":     {Name: "delex", Arity: -2, Write: true, keys: oneKey, run: cmdDelEx},

@@ -42,7 +42,6 @@ var keysCases = []struct {
 	{args: []string{"del", "a", "b", "c"}},
 	{args: []string{"unlink", "a", "b"}},
 	{args: []string{"exists", "a", "a", "b"}},
-	{args: []string{"type", "k"}},
 	{args: []string{"dbsize"}, want: nil},
 	{args: []string{"delifeq", "k", "v"}, want: []string{"k"}},
 	{args: []string{"delex", "k"}, want: []string{"k"}},

@@ -267,7 +267,7 @@ func isIdent(e ast.Expr, name string) bool {
 // command — SET in any form, SETNX, MSET, MSETNX, SELECT, TIME, anything
 // unknown — may create, or makes a run depend on more than its keys.
 var (
-	readCommands   = setOf("get", "mget", "exists", "type", "pttl", "ttl", "getrange", "ping", "echo")
+	readCommands   = setOf("get", "mget", "exists", "pttl", "ttl", "getrange", "ping", "echo")
 	deleteCommands = setOf("del", "unlink", "delifeq", "delex")
 	expireCommands = setOf("pexpire", "expire", "pexpireat", "expireat", "persist")
 )

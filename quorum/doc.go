@@ -17,11 +17,11 @@
 //     to one that refused: values are not always unique.
 //   - This proxy's operations on one key are sent one at a time: each
 //     holds its keys' stripes from send to decision (stripe.go), and
-//     reaches every node after the one before it on the same loop. One
-//     sent on another loop may overtake a late one on a slow node: a late
-//     write whose stripe another loop took since is repaired, told or not
-//     (lateWrote). No write of a key and token goes to a node while an
-//     undo of that pair is pending there on another connection
+//     reaches every node after the one before it on the same loop
+//     (blocking callers use one loop per key: ownLoop). One sent on
+//     another loop may overtake a late one on a slow node (docs/quorum.md
+//     says what that costs). No write of a key and token goes to a node
+//     while an undo of that pair is pending there on another connection
 //     (pending.go).
 //   - A key a lost connection or a late reply may have left on a node is
 //     repaired once the node is reachable, deleted there only when Q other

@@ -82,8 +82,8 @@ func (b *Backend) evalCertain(replies []nodeReply, at int) bool {
 // lateCreated returns the keys a script created on a node whose reply came
 // after the vote ended and whose client was not told of it: every key it
 // created there, unless its reply is the one the client was told (told,
-// and the vote did not fail, and the call was not overtaken: lateWrote).
-// They are repaired, not undone, for the reasons lateWrote gives.
+// and the vote did not fail). They are repaired, not undone, for the
+// reason lateWrote gives.
 func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value, failed bool, vals []backend.Value, err error) []string {
 	if w != watchKeys || err != nil || len(vals) != 3+len(keys) {
 		return nil

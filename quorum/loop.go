@@ -100,8 +100,8 @@ func (b *Backend) startOwnLoops(n int) {
 // same one for every operation on a key, so that they reach each node on
 // one connection, in order — an operation ends once a majority agreed,
 // and on another connection the next one could overtake it on a node
-// that has not run it yet (lateWrote says what is done when that happens
-// anyway, across the front end's loops). Without a key, in turn.
+// that has not run it yet (docs/quorum.md, "One order per key"). Without
+// a key, in turn.
 func (b *Backend) ownLoop(key string) *qloop {
 	own := b.lp.own
 	if key == "" {

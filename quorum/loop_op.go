@@ -24,8 +24,6 @@ type lop struct {
 	lateStore [inlineNodes]bool // lateWait's storage
 	stripes   []int             // the keys' stripes it holds from its start until decided and undone (stripe.go)
 	sbuf      [1]int            // stripes' storage for one key
-	tk        taken             // the stripes and their take counts (overtaken)
-	seqBuf    [1]uint64         // tk.seqs' storage for one key
 	// What a late reply is judged against (lateReply): the acquire was
 	// granted; the script's reply, and whether its vote failed.
 	granted   bool
@@ -304,15 +302,14 @@ func (lo *lop) lateFromNowOn() {
 
 // lateReply judges node i's reply that came after the operation ended
 // against what the client was told, on the loop: a write or a created key
-// the client was not told of, or that may have been overtaken, is
-// repaired there (lateWrote); a script the node did not know is run there
-// now, as it would have been before the vote ended, and judged the same
-// way.
+// the client was not told of is repaired there (lateWrote); a script the
+// node did not know is run there now, as it would have been before the
+// vote ended, and judged the same way.
 func (lo *lop) lateReply(i int, vals []backend.Value, err error) {
 	ql := lo.ql
 	switch lo.kind {
 	case kindSet:
-		if lateWrote(lo.granted && !ql.b.overtaken(&lo.tk), vals, err, true) {
+		if lateWrote(lo.granted, vals, err, true) {
 			ql.b.repairs.add(i, lo.db, []string{lo.key})
 		}
 	case kindEval:
@@ -323,7 +320,7 @@ func (lo *lop) lateReply(i int, vals []backend.Value, err error) {
 			})
 			return
 		}
-		ql.b.repairs.add(i, lo.db, lateCreated(lo.keys, lo.args, lo.watch, lo.told, lo.failed || ql.b.overtaken(&lo.tk), vals, err))
+		ql.b.repairs.add(i, lo.db, lateCreated(lo.keys, lo.args, lo.watch, lo.told, lo.failed, vals, err))
 	}
 }
 
@@ -406,12 +403,6 @@ func (ql *qloop) startEval(db int, s backend.Script, keys []string, args [][]byt
 // once when they are free, else on its loop when they are handed to it.
 func (lo *lop) startLocked(keys []string) {
 	lo.stripes = stripes(lo.sbuf[:0], keys)
-	lo.tk.idx, lo.tk.seqs = lo.stripes, lo.seqBuf[:0]
-	if len(lo.stripes) > len(lo.seqBuf) {
-		lo.tk.seqs = make([]uint64, len(lo.stripes))
-	} else {
-		lo.tk.seqs = lo.seqBuf[:len(lo.stripes)]
-	}
 	if lockStripes(&lo.ql.b.keys, lo.stripes, lo) {
 		lo.begin()
 	}
@@ -419,9 +410,6 @@ func (lo *lop) startLocked(keys []string) {
 
 // begin sends the operation's request to every node.
 func (lo *lop) begin() { lo.ql.runOp(lo, same(lo.req), lo.deadline) }
-
-func (lo *lop) loop() *qloop           { return lo.ql }
-func (lo *lop) took(i int, seq uint64) { lo.tk.took(i, seq) }
 
 // stripeReady implements stripeWaiter: the operation holds its stripes
 // now and begins on its loop. A loop that is gone lets them go again.

@@ -126,8 +126,7 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	if err := b.coverTTL(ctx, ttl); err != nil { // the horizon marker first (marker.go)
 		return backend.SetResult{}, err
 	}
-	release, tk := b.lockKeysTaken(key)
-	defer release()
+	defer b.lockKeys(key)()
 	start := time.Now()
 	var certain func([]nodeReply) bool
 	if o.Cond == backend.IfAbsent && !o.Get {
@@ -140,7 +139,7 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 		granted := err == nil && res.Written
 		if op.awaitsLate() {
 			op.onLate(func(i int, vals []backend.Value, err error) {
-				if lateWrote(granted && !b.overtaken(tk), vals, err, plain) {
+				if lateWrote(granted, vals, err, plain) {
 					b.repairs.add(i, db, []string{key})
 				}
 			})
@@ -165,25 +164,15 @@ func (b *Backend) setCertain(replies []nodeReply, plain bool) bool {
 }
 
 // lateWrote reports whether a reply that came after an acquire ended says
-// the node wrote the token while the client was not told it got the lock
-// (granted false), or was told, but the acquire may have been overtaken.
-// The key is repaired there (repair.go), which deletes it only while no
-// majority can see it:
-//
-//   - not told: the write is not undone at once, because other nodes may
-//     have run the same acquire late too and a majority read may have
-//     seen it meanwhile; an undo would then make a value vanish that a
-//     read returned;
-//   - overtaken: once the acquire was decided, the next operation on the
-//     key went out on another connection (another loop's: stripe.go's
-//     overtaken) and may have reached this node first. A release that ran
-//     before the late acquire would leave the lock on this node alone
-//     until its TTL ends, and two such nodes refuse every acquire of the
-//     key meanwhile. While the lock is held, the repair finds it on a
-//     majority and keeps it. Operations on one connection cannot overtake
-//     each other, so the repair's reads are spent only on a switch.
-//
-// A node that never answers (err) is repaired when its connection breaks.
+// the node wrote the token while the client was not told it got the lock.
+// That write is not undone at once: other nodes may have run the same
+// acquire late too, and a majority read may have seen it meanwhile; an
+// undo would then make a value vanish that a read returned (the acquire's
+// outcome was unknown to its client: it may have taken effect, and then
+// it stays until its owner releases it or its TTL ends). The key is
+// repaired instead (repair.go), which deletes it there only while no
+// majority can see it. A node that never answers (err) is repaired when
+// its connection breaks.
 func lateWrote(granted bool, vals []backend.Value, err error, plain bool) bool {
 	if granted || err != nil || len(vals) == 0 {
 		return false

@@ -21,64 +21,35 @@ import (
 // the operations asked. Stripes are taken in ascending order, so two
 // multi-key operations cannot deadlock.
 
-//
-// An operation is decided once a majority agreed, and lets its stripes go
-// then; a node that had not answered yet runs it later. The next
-// operation on the key, sent on the same connection, runs after it on
-// that node too; sent on another one (another loop's), it may run first.
-// So each stripe counts its takes and remembers the last take by another
-// loop than the one before (switched): a late reply of an operation whose
-// stripe was switched since may have been overtaken (overtaken, lateWrote).
-
-// stripeLock is one stripe of the keys: held or free, the operations
-// waiting for it, first come first served, and its takes.
+// stripeLock is one stripe of the keys: held or free, and the operations
+// waiting for it, first come first served.
 type stripeLock struct {
-	mu       sync.Mutex
-	held     bool
-	waiters  []stripeWait
-	takes    uint64 // times taken
-	by       *qloop // the loop of the last taker
-	switched uint64 // takes at the last take from another loop than the one before
+	mu      sync.Mutex
+	held    bool
+	waiters []stripeWait
 }
 
 // stripeWaiter is told once it holds every stripe it asked for.
-type stripeWaiter interface {
-	stripeReady()
-	// loop is the loop the holder's operation runs on.
-	loop() *qloop
-	// took records that the holder took stripe i as its seq'th take.
-	took(i int, seq uint64)
-}
+type stripeWaiter interface{ stripeReady() }
 
-// stripeWait is a waiter for stripe i, and the stripes it takes next.
+// stripeWait is a waiter for one stripe, and the stripes it takes next.
 type stripeWait struct {
 	keys *[256]stripeLock
-	i    int
 	rest []int
 	w    stripeWaiter
 }
 
-// take holds stripe i now and reports true, or queues w (which goes on to
-// take rest once it is handed the stripe) and reports false.
-func (s *stripeLock) take(keys *[256]stripeLock, i int, rest []int, w stripeWaiter) bool {
+// take holds the stripe now and reports true, or queues w (which goes on
+// to take rest once it is handed the stripe) and reports false.
+func (s *stripeLock) take(keys *[256]stripeLock, rest []int, w stripeWaiter) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.held {
 		s.held = true
-		s.takenBy(i, w)
 		return true
 	}
-	s.waiters = append(s.waiters, stripeWait{keys: keys, i: i, rest: rest, w: w})
+	s.waiters = append(s.waiters, stripeWait{keys: keys, rest: rest, w: w})
 	return false
-}
-
-// takenBy counts a take of stripe i by w. Under s.mu.
-func (s *stripeLock) takenBy(i int, w stripeWaiter) {
-	s.takes++
-	if l := w.loop(); l != s.by || l == nil {
-		s.by, s.switched = l, s.takes
-	}
-	w.took(i, s.takes)
 }
 
 // release hands the stripe to the first waiter, or frees it.
@@ -95,7 +66,6 @@ func (s *stripeLock) release() {
 	if len(s.waiters) == 0 {
 		s.waiters = nil
 	}
-	s.takenBy(next.i, next.w)
 	s.mu.Unlock()
 	if lockStripes(next.keys, next.rest, next.w) {
 		next.w.stripeReady()
@@ -107,72 +77,26 @@ func (s *stripeLock) release() {
 // release that hands over the last one it waited for).
 func lockStripes(keys *[256]stripeLock, idx []int, w stripeWaiter) bool {
 	for k, i := range idx {
-		if !keys[i].take(keys, i, idx[k+1:], w) {
+		if !keys[i].take(keys, idx[k+1:], w) {
 			return false
 		}
 	}
 	return true
 }
 
-// taken is what a holder took: its stripes (ascending) and the take count
-// of each when it took it.
-type taken struct {
-	idx  []int
-	seqs []uint64
-}
+// chanWaiter is a blocking caller's stripeWaiter.
+type chanWaiter chan struct{}
 
-func (t *taken) took(i int, seq uint64) {
-	for k, j := range t.idx {
-		if j == i {
-			t.seqs[k] = seq
-		}
-	}
-}
-
-// overtaken reports whether another loop took one of t's stripes since t
-// took it: an operation it sent then may have reached a node before t's.
-func (b *Backend) overtaken(t *taken) bool {
-	for k, i := range t.idx {
-		s := &b.keys[i]
-		s.mu.Lock()
-		sw := s.switched
-		s.mu.Unlock()
-		if sw > t.seqs[k] {
-			return true
-		}
-	}
-	return false
-}
-
-// chanWaiter is a blocking caller's stripeWaiter: its operations run on
-// ql (ownLoop of its first key).
-type chanWaiter struct {
-	taken
-	ql    *qloop
-	ready chan struct{}
-}
-
-func (c *chanWaiter) stripeReady() { close(c.ready) }
-func (c *chanWaiter) loop() *qloop { return c.ql }
+func (c chanWaiter) stripeReady() { close(c) }
 
 // lockKeys waits for the keys' stripes (a blocking caller) and returns what
 // releases them.
 func (b *Backend) lockKeys(keys ...string) func() {
-	release, _ := b.lockKeysTaken(keys...)
-	return release
-}
-
-// lockKeysTaken is lockKeys that also says what was taken (for overtaken).
-func (b *Backend) lockKeysTaken(keys ...string) (func(), *taken) {
 	idx := stripes(nil, keys)
-	w := &chanWaiter{taken: taken{idx: idx, seqs: make([]uint64, len(idx))}, ready: make(chan struct{})}
-	if len(keys) > 0 && len(b.lp.own) > 0 {
-		w.ql = b.ownLoop(keys[0])
+	if w := make(chanWaiter); !lockStripes(&b.keys, idx, w) {
+		<-w
 	}
-	if !lockStripes(&b.keys, idx, w) {
-		<-w.ready
-	}
-	return func() { b.unlockStripes(idx) }, &w.taken
+	return func() { b.unlockStripes(idx) }
 }
 
 func (b *Backend) unlockStripes(idx []int) {
