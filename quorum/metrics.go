@@ -33,6 +33,8 @@ var (
 		"Keys the node expired since this proxy started (its expired_keys, summed over its restarts).", []string{"node"}, nil)
 	descNodeFailures = prometheus.NewDesc("lockproxy_quorum_node_failures_total",
 		"Operations the node did not answer in time or at all (timeouts, connection errors, LOADING/BUSY replies).", []string{"node"}, nil)
+	descRepairs = prometheus.NewDesc("lockproxy_quorum_repairs_pending",
+		"Keys waiting to be repaired on a node: a late write, or a call whose connection broke unanswered (docs/quorum.md).", nil, nil)
 	descLoopOps = prometheus.NewDesc("lockproxy_quorum_loop_operations_total",
 		"Operations started on the front end's event loops (acquires and release scripts, undos included); the others ran on quorum's own loops for blocking callers.", nil, nil)
 	descMajority = prometheus.NewDesc("lockproxy_quorum_majority",
@@ -54,7 +56,7 @@ func newReplyHistogram() *prometheus.HistogramVec {
 // Describe implements prometheus.Collector.
 func (b *Backend) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodeUp, descNodeQuarantined, descNodeQuarantineLeft, descHorizon, descNodeWarnings, descNodeCheck,
-		descNodeKeys, descNodeExpired, descNodeFailures, descMajority, descLoopOps} {
+		descNodeKeys, descNodeExpired, descNodeFailures, descMajority, descLoopOps, descRepairs} {
 		ch <- d
 	}
 	b.replies.Describe(ch)
@@ -82,6 +84,7 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descMajority, prometheus.GaugeValue, float64(b.q))
 	ch <- prometheus.MustNewConstMetric(descHorizon, prometheus.GaugeValue, float64(b.hz.known.Load())/1000)
 	ch <- prometheus.MustNewConstMetric(descLoopOps, prometheus.CounterValue, float64(b.LoopOps()))
+	ch <- prometheus.MustNewConstMetric(descRepairs, prometheus.GaugeValue, float64(b.repairs.len()))
 	b.replies.Collect(ch)
 }
 

@@ -36,6 +36,7 @@ import (
 type repairQueue struct {
 	mu   sync.Mutex
 	keys map[repairKey]time.Time // when it was first asked for
+	busy int                     // taken by a pass and not done yet
 	wake chan struct{}
 }
 
@@ -47,7 +48,7 @@ type repairKey struct {
 const repairFor = time.Minute // how long a repair waits for its node to be reachable
 
 // add asks for the keys to be repaired on node's database db. It never
-// waits: a stream's or a loop's failing connection calls it.
+// waits: a loop's failing connection calls it.
 func (q *repairQueue) add(node, db int, keys []string) {
 	if len(keys) == 0 || q == nil {
 		return
@@ -70,13 +71,29 @@ func (q *repairQueue) add(node, db int, keys []string) {
 	}
 }
 
-// take returns every key asked for so far and empties the queue.
+// take returns every key asked for so far and empties the queue; each is
+// pending (len) until done.
 func (q *repairQueue) take() map[repairKey]time.Time {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	out := q.keys
 	q.keys = nil
+	q.busy += len(out)
 	return out
+}
+
+// done says a key taken is repaired, requeued or given up.
+func (q *repairQueue) done() {
+	q.mu.Lock()
+	q.busy--
+	q.mu.Unlock()
+}
+
+// len is how many keys wait for a repair, those under way included.
+func (q *repairQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.keys) + q.busy
 }
 
 // requeue puts back a key whose node could not be read yet.
@@ -107,6 +124,7 @@ func (b *Backend) repairLoop(stop <-chan struct{}) {
 			if !b.repairKey(rk) && time.Since(since) < repairFor {
 				b.repairs.requeue(rk, since)
 			}
+			b.repairs.done()
 		}
 	}
 }
