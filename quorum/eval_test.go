@@ -69,7 +69,7 @@ func TestFailedScriptAcquireIsUndone(t *testing.T) {
 // monitor watches what one node runs (MONITOR): stop returns how many
 // times each command reached it from a client, not from inside a script,
 // up to now.
-func monitor(t *testing.T, node *testsrv.Redis) (stop func() map[string]int64) {
+func monitor(t *testing.T, node *testsrv.Redis) (stop func(want map[string]int64) map[string]int64) {
 	t.Helper()
 	conn, err := net.Dial("tcp", node.Addr)
 	if err != nil {
@@ -82,11 +82,40 @@ func monitor(t *testing.T, node *testsrv.Redis) (stop func() map[string]int64) {
 		t.Fatalf("MONITOR: %q, %v", line, err)
 	}
 	marker := fmt.Sprintf("end-of-test-%d", time.Now().UnixNano())
-	return func() map[string]int64 {
+	// stop counts the commands seen. A call answers once a majority
+	// agreed, so the last node may get its commands just after: stop reads
+	// until it has seen want (2s at most), then sends a marker and counts
+	// what comes before it too, so that extra commands still show.
+	return func(want map[string]int64) map[string]int64 {
+		out := map[string]int64{}
+		count := func(line string) {
+			// +1700000000.123456 [0 127.0.0.1:1234] "evalsha" "…" …; [0 lua] inside a script
+			_, rest, ok := strings.Cut(line, "] \"")
+			if !ok || strings.Contains(line, " lua] ") {
+				return
+			}
+			name, _, _ := strings.Cut(rest, "\"")
+			out[strings.ToLower(name)]++
+		}
+		seen := func() bool {
+			for cmd, n := range want {
+				if out[cmd] < n {
+					return false
+				}
+			}
+			return true
+		}
+		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		for !seen() {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				break // not all seen: the comparison says what is missing
+			}
+			count(line)
+		}
 		c := redis.NewClient(&redis.Options{Addr: node.Addr})
 		c.Echo(t.Context(), marker)
 		c.Close()
-		out := map[string]int64{}
 		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		for {
 			line, err := r.ReadString('\n')
@@ -97,13 +126,7 @@ func monitor(t *testing.T, node *testsrv.Redis) (stop func() map[string]int64) {
 				conn.Close()
 				return out
 			}
-			// +1700000000.123456 [0 127.0.0.1:1234] "evalsha" "…" …; [0 lua] inside a script
-			_, rest, ok := strings.Cut(line, "] \"")
-			if !ok || strings.Contains(line, " lua] ") {
-				continue
-			}
-			name, _, _ := strings.Cut(rest, "\"")
-			out[strings.ToLower(name)]++
+			count(line)
 		}
 	}
 }
@@ -186,7 +209,7 @@ func TestClientScriptsWatch(t *testing.T) {
 			rc.ScriptLoad(ctx, src)
 			rc.Close()
 		}
-		stops := make([]func() map[string]int64, len(nodes))
+		stops := make([]func(map[string]int64) map[string]int64, len(nodes))
 		for i, n := range nodes {
 			stops[i] = monitor(t, n)
 		}
@@ -201,7 +224,7 @@ func TestClientScriptsWatch(t *testing.T) {
 			want["mget"], want["pttl"] = 2, int64(len(c.keys))
 		}
 		for i := range nodes {
-			got := stops[i]()
+			got := stops[i](want)
 			delete(got, "hello") // the marker's client connecting
 			delete(got, "client")
 			for cmd, n := range got {
