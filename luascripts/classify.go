@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
@@ -396,6 +397,7 @@ type Classes struct {
 	Runner *Runner
 
 	once  sync.Once
+	made  atomic.Pointer[Runner] // runner's, once made: read on hot paths without once.Do
 	mu    sync.RWMutex
 	known map[classKey]Class
 }
@@ -473,6 +475,7 @@ func (c *Classes) runner() *Runner {
 		if c.Runner == nil {
 			c.Runner = New(Config{TimeLimit: 250 * time.Millisecond})
 		}
+		c.made.Store(c.Runner)
 	})
 	return c.Runner
 }

@@ -95,10 +95,16 @@ func (r *Runner) RefusalCached(s backend.Script) (err error, ok bool) {
 // scripts on its nodes but classifies them here.
 func (c *Classes) Refusal(s backend.Script) error { return c.runner().Refusal(s) }
 
-// RefusalCached is the Runner's RefusalCached.
+// RefusalCached is the Runner's RefusalCached (ok false too while no
+// script was classified yet). An event loop asks it on every script
+// call: no once.Do, which would allocate.
 func (c *Classes) RefusalCached(s backend.Script) (error, bool) {
 	if s.Src == "" || s.SHA1 == "" {
 		return nil, s.Src == ""
 	}
-	return c.runner().RefusalCached(s)
+	r := c.made.Load()
+	if r == nil {
+		return nil, false
+	}
+	return r.RefusalCached(s)
 }
