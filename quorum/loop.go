@@ -29,9 +29,8 @@ type loops struct {
 	closed bool
 	wg     sync.WaitGroup // connection set-up goroutines (lnode.dial)
 
-	own    []*qloop   // on the Backend's own loops: the blocking callers'
-	ownRaw []*ownLoop // the same loops, to stop at Close
-	next   atomic.Uint32
+	own  []*qloop // on the Backend's own loops (ownLoop): the blocking callers'
+	next atomic.Uint32
 }
 
 var _ backend.Looper = (*Backend)(nil)
@@ -49,10 +48,11 @@ func (b *Backend) NewLoop(l backend.Loop) backend.LoopBackend {
 			return nil
 		}
 	}
-	if ql := b.newQloop(l, false); ql != nil {
-		return ql
+	ql := b.newQloop(l, false)
+	if ql == nil {
+		return nil // an untyped nil: a nil *qloop in the interface would not compare equal to nil
 	}
-	return nil
+	return ql
 }
 
 // newQloop makes the Backend's part of loop l (own: one of the Backend's
@@ -83,9 +83,7 @@ func (b *Backend) newQloop(l backend.Loop, own bool) *qloop {
 // timeout.
 func (b *Backend) startOwnLoops(n int) {
 	for range n {
-		l := newOwnLoop()
-		b.lp.ownRaw = append(b.lp.ownRaw, l)
-		b.lp.own = append(b.lp.own, b.newQloop(l, true))
+		b.lp.own = append(b.lp.own, b.newQloop(newOwnLoop(), true))
 	}
 	for _, ql := range b.lp.own {
 		for i := range b.nodes {
@@ -147,8 +145,8 @@ func (b *Backend) closeLoops() {
 		}
 	}
 	b.lp.wg.Wait()
-	for _, l := range b.lp.ownRaw {
-		l.stop()
+	for _, ql := range b.lp.own {
+		ql.l.(*ownLoop).stop()
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,7 +47,6 @@ type blockDialer struct {
 	armed   atomic.Bool
 	blocked chan struct{}
 	release chan struct{}
-	once    sync.Once
 }
 
 func (c *blockConn) SetDeadline(t time.Time) error {
