@@ -57,6 +57,15 @@ type KeySpace interface {
 	MSet(ctx context.Context, db int, pairs []KV, nx bool) (bool, error)
 	// DBSize counts the live keys of db.
 	DBSize(ctx context.Context, db int) (int64, error)
+	// Do runs one of the commands package keycmd hands over whole (its
+	// Command.Typed): the value types beyond strings (hashes, sets, lists,
+	// sorted sets), counters, TYPE, and the commands on the key space as a
+	// whole (KEYS, SCAN, FLUSHDB, RENAME, COPY …). args[0] is the name in
+	// any letter case, keys the keys it names; the arity is checked. It
+	// answers as Redis 7.0 does (package model holds the rules), WRONGTYPE
+	// and syntax errors as *ReplyError. A backend that does not serve a
+	// command yet refuses it with a *ReplyError saying so.
+	Do(ctx context.Context, db int, keys []string, args [][]byte) (Value, error)
 }
 
 // Checker is implemented by a Backend that can tell whether it is able to

@@ -33,6 +33,22 @@ const (
 	MsgNumKeysTooBig    = "ERR Number of keys can't be greater than number of args"
 	MsgNumKeysNegative  = "ERR Number of keys can't be negative"
 	MsgWrongType        = "WRONGTYPE Operation against a key holding the wrong kind of value"
+	MsgHashNotInteger   = "ERR hash value is not an integer"
+	MsgOverflow         = "ERR increment or decrement would overflow"
+	MsgDecrOverflow     = "ERR decrement would overflow"
+	MsgMinMaxNotFloat   = "ERR min or max is not a float"
+	MsgMinMaxNotLex     = "ERR min or max not valid string range item"
+	MsgZAddXXNX         = "ERR XX and NX options at the same time are not compatible"
+	MsgZAddGTLTNX       = "ERR GT, LT, and/or NX options at the same time are not compatible"
+	MsgZAddIncrPair     = "ERR INCR option supports a single increment-element pair"
+	MsgScoreNaN         = "ERR resulting score is not a number (NaN)"
+	MsgZRangeLimit      = "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"
+	MsgZRangeLexScores  = "ERR syntax error, WITHSCORES not supported in combination with BYLEX"
+	MsgNoSuchKey        = "ERR no such key"
+	MsgIndexOutOfRange  = "ERR index out of range"
+	MsgNotPositive      = "ERR value is out of range, must be positive"
+	MsgInvalidCursor    = "ERR invalid cursor"
+	MsgSameObject       = "ERR source and destination objects are the same"
 	MsgInternal         = "ERR internal error"
 	MsgMaxClients       = "ERR max number of clients reached"
 	MsgHelloNoAuth      = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
@@ -169,3 +185,12 @@ func (e *ReplyError) Unwrap() error { return e.Err }
 
 // ErrNoScript is returned for an EVALSHA of a script nobody loaded.
 var ErrNoScript = &ReplyError{Reply: MsgNoScript}
+
+// ErrWrongType is the reply to a command on a key of another type.
+var ErrWrongType = &ReplyError{Reply: MsgWrongType}
+
+// IsWrongType reports whether err is the WRONGTYPE reply.
+func IsWrongType(err error) bool {
+	r, ok := err.(*ReplyError)
+	return ok && r.Reply == MsgWrongType
+}

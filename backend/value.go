@@ -21,6 +21,7 @@ const (
 	KindSet                   // RESP3 set; RESP2 array
 	KindBigNumber             // RESP3 big number in Str; RESP2 bulk string
 	KindVerbatim              // RESP3 verbatim string "txt:"+Str; RESP2 bulk string
+	KindPairs                 // Elems flattened pairs: RESP3 an array of two-element arrays; RESP2 a flat array (ZRANGE … WITHSCORES)
 )
 
 // Value is one Redis reply, independent of the wire protocol: the proxy
@@ -33,7 +34,7 @@ type Value struct {
 	Str   []byte // KindStatus, KindError, KindBulk, KindBigNumber, KindVerbatim
 	Int   int64  // KindInt; KindBool is Int != 0
 	Float float64
-	Elems []Value // KindArray, KindSet, KindMap (flattened pairs)
+	Elems []Value // KindArray, KindSet, KindMap and KindPairs (flattened pairs)
 }
 
 // Common replies.

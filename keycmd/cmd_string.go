@@ -193,10 +193,12 @@ func cmdMGet(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (b
 	out := make([]backend.Value, len(args)-1)
 	for i, k := range args[1:] {
 		tok, ok, err := ks.Get(ctx, db, string(k))
-		if err != nil {
+		switch {
+		case backend.IsWrongType(err):
+			// MGET answers nil for a key of another type
+		case err != nil:
 			return backend.Value{}, err
-		}
-		if ok {
+		case ok:
 			out[i] = backend.Bulk(tok)
 		}
 	}
@@ -256,4 +258,12 @@ func cmdGetRange(ctx context.Context, ks backend.KeySpace, db int, args [][]byte
 		return empty, nil
 	}
 	return backend.Bulk(tok[start : end+1]), nil
+}
+
+func cmdStrLen(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (backend.Value, error) {
+	tok, _, err := ks.Get(ctx, db, string(args[1]))
+	if err != nil {
+		return backend.Value{}, err
+	}
+	return backend.Int(int64(len(tok))), nil
 }

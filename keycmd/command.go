@@ -21,6 +21,7 @@ type Command struct {
 	Arity int
 	Write bool
 	keys  keySpec
+	typed bool // run whole by the backend (cmd_typed.go)
 	run   func(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (backend.Value, error)
 }
 
@@ -49,6 +50,7 @@ var table = map[string]*Command{
 	"mset":      {Name: "mset", Arity: -3, Write: true, keys: keyValues, run: cmdMSet},
 	"msetnx":    {Name: "msetnx", Arity: -3, Write: true, keys: keyValues, run: cmdMSet},
 	"getrange":  {Name: "getrange", Arity: 4, keys: oneKey, run: cmdGetRange},
+	"strlen":    {Name: "strlen", Arity: 2, keys: oneKey, run: cmdStrLen},
 	"del":       {Name: "del", Arity: -2, Write: true, keys: allKeys, run: cmdDel},
 	"unlink":    {Name: "unlink", Arity: -2, Write: true, keys: allKeys, run: cmdDel},
 	"exists":    {Name: "exists", Arity: -2, keys: allKeys, run: cmdExists},
@@ -104,6 +106,9 @@ func (c *Command) Keys(args [][]byte) [][]byte {
 // first key's index, the last key's (negative: from the end) and the
 // step; all 0 for a command without keys.
 func (c *Command) KeySpec() (first, last, step int) {
+	if c.Name == "object" {
+		return 0, 0, 0 // a container: its keys are its subcommands'
+	}
 	return c.keys.first, c.keys.last, c.keys.step
 }
 

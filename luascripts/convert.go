@@ -51,6 +51,17 @@ func (v *vm) toLua(val backend.Value) lua.LValue {
 			}
 			return fieldTable(L, "map", m)
 		}
+	case backend.KindPairs:
+		if v.resp == 3 {
+			t := L.CreateTable(len(val.Elems)/2, 0)
+			for i := 0; i+1 < len(val.Elems); i += 2 {
+				p := L.CreateTable(2, 0)
+				p.Append(v.toLua(val.Elems[i]))
+				p.Append(v.toLua(val.Elems[i+1]))
+				t.Append(p)
+			}
+			return t
+		}
 	case backend.KindSet:
 		if v.resp == 3 {
 			s := L.NewTable()

@@ -9,35 +9,42 @@ import (
 	"github.com/lockproxy/lockproxy/keycmd"
 )
 
-// Scripts that reach beyond the lock model. The memory and postgres
-// backends run a script on the lock model, where a call of a command
-// lockproxy does not serve (keycmd.NotServed: ZADD, HSET, INCR, LPUSH …)
+// Scripts that reach beyond what a backend serves. The memory and
+// postgres backends run a script on the lock model, where a call of a
+// command lockproxy does not serve (keycmd.NotServed: BITOP, XADD, SORT …)
 // fails; the quorum backend runs scripts on its nodes, which would serve
 // it: one script, two answers. So every backend refuses, before running
 // anything, a script whose text can send such a command (Run, when its
-// Caller serves the lock model only, for memory and postgres; Refusal for
-// quorum), with the error a call of it
-// gives (redis.call's form: "ERR lockproxy serves lock commands only:
-// 'zadd' is not supported script: <sha>, on @user_script:<line>.", the
-// line of the command's first call in the text). Refused before it runs,
-// such a script writes nothing, on every backend.
+// Caller serves lockproxy's commands only, for memory and postgres;
+// Refusal for quorum), with the error a call of it gives (redis.call's
+// form: "ERR lockproxy serves lock commands only: 'xadd' is not supported
+// script: <sha>, on @user_script:<line>.", the line of the command's first
+// call in the text). Refused before it runs, such a script writes nothing,
+// on every backend. A backend that serves string values only (postgres, a
+// migrating proxy, until they serve the other types) refuses the same way
+// a script that can call a command of those types (HSET, ZADD …).
 //
 // What remains: a script that reaches such a call only on some runs is
 // refused on every run; one that would catch the error with redis.pcall
 // gets the refusal too; and a script whose commands cannot be read off
 // its text (a command named at run time) still runs — on the lock model,
 // which refuses the call when it is reached, or on quorum's nodes, which
-// serve it. Serving these commands on every backend (the beyond-strings
-// work) ends all three.
+// serve it.
 
 // lockModel is a Caller that serves the lock model only (keycmd's
 // ScriptCaller): Run refuses, before running, a script that can send a
 // command it does not serve.
 type lockModel interface{ LockModelOnly() bool }
 
+// stringsOnly is a Caller whose backend serves string values only
+// (postgres, a migrating proxy, until they serve the other types): Run
+// refuses a script that can send a command of those types too.
+type stringsOnly interface{ StringsOnly() bool }
+
 // refusal returns the error for a script that can send a command
-// lockproxy does not serve, or nil.
-func refusal(s backend.Script) error {
+// lockproxy does not serve (with strings, a command of the value types
+// beyond strings too), or nil.
+func refusal(s backend.Script, strings bool) error {
 	cmds, ok, _ := analyse(s.Src)
 	if !ok {
 		return nil
@@ -48,7 +55,7 @@ func refusal(s backend.Script) error {
 	}
 	var out []call
 	for name, line := range cmds {
-		if keycmd.NotServed(name) {
+		if keycmd.NotServed(name) || (strings && keycmd.BeyondStrings(name)) {
 			out = append(out, call{name, line})
 		}
 	}
@@ -60,7 +67,11 @@ func refusal(s backend.Script) error {
 	if sha == "" {
 		sha = SHA1(s.Src)
 	}
-	return &backend.ReplyError{Reply: keycmd.NotServedMsg(first.name) + " script: " + sha + ", on @user_script:" + strconv.Itoa(first.line) + "."}
+	msg := keycmd.NotServedMsg(first.name)
+	if !keycmd.NotServed(first.name) {
+		msg = keycmd.NotServedHereMsg(first.name, "backend")
+	}
+	return &backend.ReplyError{Reply: msg + " script: " + sha + ", on @user_script:" + strconv.Itoa(first.line) + "."}
 }
 
 // Refusal returns the error every backend gives s when it can send a
@@ -76,6 +87,19 @@ func (r *Runner) Refusal(s backend.Script) error {
 		return nil
 	}
 	return p.refused
+}
+
+// StringsRefusal is Refusal for a backend that serves string values
+// only (a migrating proxy refuses such scripts before classifying them).
+func (r *Runner) StringsRefusal(s backend.Script) error {
+	if s.SHA1 == "" {
+		s.SHA1 = SHA1(s.Src)
+	}
+	p, err := r.compiled(s)
+	if err != nil {
+		return nil
+	}
+	return p.refusedStrings
 }
 
 // RefusalCached is Refusal without compiling: ok false when s was not

@@ -46,9 +46,10 @@ type Runner struct {
 // compiled is a script ready to run: its Lua function and, for a
 // catalogued script, its Go version.
 type compiled struct {
-	proto   *lua.FunctionProto
-	native  native
-	refused error // the script can send a command lockproxy does not serve (refuse.go)
+	proto          *lua.FunctionProto
+	native         native
+	refused        error // the script can send a command lockproxy does not serve (refuse.go)
+	refusedStrings error // … or one of the value types beyond strings
 }
 
 // maxCompiled bounds the compiled-script cache; past it the cache starts
@@ -137,7 +138,7 @@ func (r *Runner) compiled(s backend.Script) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s)}
+	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s, false), refusedStrings: refusal(s, true)}
 	r.mu.Lock()
 	if len(r.procs) >= maxCompiled {
 		clear(r.procs)
@@ -161,6 +162,11 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	p, err := r.compiled(s)
 	if err != nil {
 		return backend.Value{}, err
+	}
+	if p.refusedStrings != nil {
+		if m, ok := c.(stringsOnly); ok && m.StringsOnly() {
+			return backend.Value{}, p.refusedStrings
+		}
 	}
 	if p.refused != nil {
 		if m, ok := c.(lockModel); ok && m.LockModelOnly() {

@@ -93,8 +93,11 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 		return backend.Value{}, err
 	}
 	if !ro && len(keys) > 0 && len(args) > 0 && b.releases.Is(s) {
-		deleted, err := b.DelIf(ctx, db, keys[0], backend.IfEqual, args[0])
-		return backend.Bool(deleted), err
+		// A key of another type is left to the script: its GET raises
+		// WRONGTYPE in the script's own words.
+		if deleted, err := b.DelIf(ctx, db, keys[0], backend.IfEqual, args[0]); !backend.IsWrongType(err) {
+			return backend.Bool(deleted), err
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -108,7 +111,7 @@ func (b *Backend) Set(_ context.Context, db int, key string, token []byte, o bac
 		return backend.SetResult{}, err
 	}
 	defer b.unlock(sh)
-	return sh.sp.Set(db, key, token, o, now), nil
+	return sh.sp.Set(db, key, token, o, now)
 }
 
 // Get implements backend.KeySpace.
@@ -119,6 +122,9 @@ func (b *Backend) Get(_ context.Context, db int, key string) ([]byte, bool, erro
 	}
 	defer b.unlock(sh)
 	e, ok := sh.sp.Get(db, key, now)
+	if ok && !e.IsString() {
+		return nil, false, backend.ErrWrongType
+	}
 	return e.Token, ok, nil
 }
 
@@ -146,7 +152,7 @@ func (b *Backend) DelIf(_ context.Context, db int, key string, cond backend.Cond
 		return false, err
 	}
 	defer b.unlock(sh)
-	return sh.sp.DelIf(db, key, cond, match, now), nil
+	return sh.sp.DelIf(db, key, cond, match, now)
 }
 
 // Exists implements backend.KeySpace.
@@ -206,6 +212,23 @@ func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool)
 func (b *Backend) DBSize(ctx context.Context, db int) (n int64, err error) {
 	err = b.all(db, func(v *model.View) { n, _ = v.DBSize(ctx, db) })
 	return n, err
+}
+
+// Do implements backend.KeySpace: a command on one key runs under its
+// shard, any other under the whole store.
+func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (v backend.Value, err error) {
+	if len(keys) == 1 {
+		sh, now, err := b.lock(db, keys[0])
+		if err != nil {
+			return backend.Value{}, err
+		}
+		defer b.unlock(sh)
+		return (&model.View{Now: now, Spaces: []*model.Space{&sh.sp}}).Do(ctx, db, keys, args)
+	}
+	if aerr := b.all(db, func(mv *model.View) { v, err = mv.Do(ctx, db, keys, args) }); aerr != nil {
+		return backend.Value{}, aerr
+	}
+	return v, err
 }
 
 // HeldLocks counts the live keys of every database (proxy.HeldLocksCounter):

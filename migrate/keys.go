@@ -3,10 +3,12 @@ package migrate
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/keycmd"
 )
 
 // Set implements backend.KeySpace. SET … NX (and SETNX) is an acquire:
@@ -234,4 +236,11 @@ func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool)
 // DBSize implements backend.KeySpace: the inner backend's count.
 func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
 	return b.inner.DBSize(ctx, db)
+}
+
+// Do implements backend.KeySpace: a migrating proxy serves string values
+// only, for now. Taking a hash or a sorted set in both the legacy Redis
+// and the inner backend, with an undo of one side, is the next step.
+func (b *Backend) Do(_ context.Context, _ int, _ []string, args [][]byte) (backend.Value, error) {
+	return backend.Value{}, backend.Reply(keycmd.NotServedHereMsg(strings.ToLower(string(args[0])), "migrating proxy"))
 }

@@ -5,9 +5,11 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/keycmd"
 )
 
 // sandbox is a key space that starts empty and lives for one script run:
@@ -178,4 +180,10 @@ func (s *sandbox) DBSize(_ context.Context, db int) (int64, error) {
 		return 0, nil
 	}
 	return int64(len(s.created())), nil
+}
+
+// Do implements backend.KeySpace: never reached, as the migrating proxy
+// refuses these commands, in scripts too (Backend.Eval).
+func (s *sandbox) Do(_ context.Context, _ int, _ []string, args [][]byte) (backend.Value, error) {
+	return backend.Value{}, backend.Reply(keycmd.NotServedHereMsg(strings.ToLower(string(args[0])), "migrating proxy"))
 }

@@ -161,6 +161,9 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	if !ro && b.releases.Is(s) {
 		return b.evalRelease(ctx, db, s, keys, args)
 	}
+	if err := b.cfg.Runner.StringsRefusal(s); err != nil {
+		return backend.Value{}, err // string values only, for now (Do)
+	}
 	p := b.classify(ctx, db, s, keys, args, ro)
 	lr, err := b.legacyEval(ctx, db, s, keys, args, ro, p.watch)
 	if err != nil {

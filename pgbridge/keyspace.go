@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -267,7 +268,7 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	}
 	var v backend.Value
 	err := b.write(ctx, dk, func(ks backend.KeySpace) (err error) {
-		v, err = b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: ks, DB: db, RO: ro})
+		v, err = b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: ks, DB: db, RO: ro, Strings: true})
 		return err
 	})
 	var h *heldError
@@ -281,6 +282,35 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 			return backend.Value{}, err
 		}
 		return rep.V, rep.error()
+	}
+	return v, err
+}
+
+// Do implements backend.KeySpace. The postgres backend serves string
+// values only, for now: the commands of keycmd that make and read strings
+// or move keys whole (TYPE, INCR, RENAME, COPY …) run on the model like
+// any operation (write), the others are refused until the lease table
+// keeps typed values.
+func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
+	name := strings.ToLower(string(args[0]))
+	if keycmd.BeyondStrings(name) {
+		return backend.Value{}, backend.Reply(keycmd.NotServedHereMsg(name, "postgres backend"))
+	}
+	if err := checkDB(db); err != nil {
+		return backend.Value{}, err
+	}
+	dk := make([]dbKey, len(keys))
+	for i, k := range keys {
+		dk[i] = dbKey{db, k}
+	}
+	var v backend.Value
+	err := b.write(ctx, dk, func(ks backend.KeySpace) (err error) {
+		v, err = ks.Do(ctx, db, keys, args)
+		return err
+	})
+	var h *heldError
+	if errors.As(err, &h) {
+		return backend.Value{}, heldReply(h) // not routed to the holding instance
 	}
 	return v, err
 }

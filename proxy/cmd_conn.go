@@ -35,7 +35,7 @@ func cmdReset(cl *client, args [][]byte) backend.Value {
 }
 
 func cmdSelect(cl *client, args [][]byte) backend.Value {
-	db, ok := keycmd.ParseInt(args[1])
+	db, ok := backend.ParseInt(args[1])
 	if !ok {
 		return backend.ErrorValue(backend.MsgNotInteger)
 	}
@@ -49,7 +49,7 @@ func cmdSelect(cl *client, args [][]byte) backend.Value {
 func cmdHello(cl *client, args [][]byte) backend.Value {
 	proto := 0
 	if len(args) >= 2 {
-		n, ok := keycmd.ParseInt(args[1])
+		n, ok := backend.ParseInt(args[1])
 		if !ok {
 			return backend.ErrorValue(backend.MsgProtoVersion)
 		}
@@ -232,7 +232,7 @@ func (cl *client) clientList(opts [][]byte) backend.Value {
 				ids = map[int64]bool{}
 			}
 			for i++; i < len(opts); i++ {
-				id, ok := keycmd.ParseInt(opts[i])
+				id, ok := backend.ParseInt(opts[i])
 				if !ok || id <= 0 {
 					return backend.ErrorValue(backend.MsgInvalidClientID)
 				}

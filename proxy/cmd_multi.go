@@ -94,7 +94,7 @@ func execPlan(queue [][][]byte, start int) (keys []string, argv [][]byte, db int
 			return nil, nil, 0, false
 		}
 		if name == "select" {
-			if n, ok := keycmd.ParseInt(c[1]); ok && n >= 0 && n < keycmd.Databases {
+			if n, ok := backend.ParseInt(c[1]); ok && n >= 0 && n < keycmd.Databases {
 				db = int(n)
 			}
 		}

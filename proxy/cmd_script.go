@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/lockproxy/lockproxy/backend"
-	"github.com/lockproxy/lockproxy/keycmd"
 	"github.com/lockproxy/lockproxy/luascripts"
 )
 
@@ -109,7 +108,7 @@ func cmdEval(cl *client, args [][]byte) backend.Value {
 	if isSHA && len(args[1]) != 40 {
 		return backend.ErrorValue(backend.MsgNoScript) // Redis checks this before numkeys
 	}
-	n, ok := keycmd.ParseInt(args[2])
+	n, ok := backend.ParseInt(args[2])
 	switch {
 	case !ok:
 		return backend.ErrorValue(backend.MsgNotInteger)

@@ -242,6 +242,13 @@ func (cl *client) command(args [][]byte) backend.Value {
 	if cc == nil {
 		kc = keycmd.Lookup(args[0])
 	}
+	if kc != nil && kc.Typed() && cl.s.cfg.Passthrough != nil {
+		// With a passthrough Redis, the value types and the key-space
+		// commands stay its own, as before lockproxy served them: an
+		// application keeps its other data there. Scripts still run
+		// them on the backend.
+		kc = nil
+	}
 	var name string
 	switch {
 	case cc != nil:
@@ -292,7 +299,7 @@ func (cl *client) blocking(args [][]byte) bool {
 		}
 		return false
 	}
-	if keycmd.Lookup(args[0]) != nil {
+	if kc := keycmd.Lookup(args[0]); kc != nil && !(kc.Typed() && s.cfg.Passthrough != nil) {
 		return !s.immediate && !cl.inMulti
 	}
 	return s.cfg.Passthrough != nil // forwarded, unless refused

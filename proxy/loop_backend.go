@@ -331,6 +331,9 @@ func (c *loopCmd) MSet(context.Context, int, []backend.KV, bool) (bool, error) {
 	return false, errOnLoop
 }
 func (c *loopCmd) DBSize(context.Context, int) (int64, error) { return 0, errOnLoop }
-func (c *loopCmd) Close(context.Context) error                { return nil }
+func (c *loopCmd) Do(context.Context, int, []string, [][]byte) (backend.Value, error) {
+	return backend.Value{}, errOnLoop
+}
+func (c *loopCmd) Close(context.Context) error { return nil }
 
 var _ backend.Backend = (*loopCmd)(nil)

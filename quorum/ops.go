@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
@@ -187,6 +188,16 @@ func lateWrote(granted bool, vals []backend.Value, err error, plain bool) bool {
 // hears of it). Nodes that refused are never touched: the key they hold
 // is someone else's lock, whatever its value.
 func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl time.Duration, replies []nodeReply, elapsed time.Duration) (_ backend.SetResult, _ error, undo []bool) {
+	if err, ok := b.voteError(replies); ok {
+		// WRONGTYPE (SET … GET on a hash): Q nodes refused the command,
+		// in a script's words when SET ran as one (setRequest): the
+		// client sent a SET.
+		if o.Cond == backend.IfAbsent {
+			undo = wroteOn(replies, plain)
+		}
+		line, _, _ := strings.Cut(err.(*backend.ReplyError).Reply, " script: ")
+		return backend.SetResult{}, backend.Reply(line), undo
+	}
 	results, wrote, refused := tallySet(replies, plain)
 	// The validity rule applies to an acquire with a future expiry; without
 	// one (no TTL, KEEPTTL on an absent key) the lock has no deadline to
@@ -410,6 +421,26 @@ func (b *Backend) voteValue(vals []backend.Value, ok []bool) (backend.Value, boo
 		}
 	}
 	return backend.Value{}, false
+}
+
+// voteError returns the error reply Q nodes agree on, if they do.
+func (b *Backend) voteError(replies []nodeReply) (error, bool) {
+	n := 0
+	var first backend.Value
+	for _, r := range replies {
+		v, ok := one(r)
+		if !ok || v.Kind != backend.KindError {
+			continue
+		}
+		if n == 0 || sameValue(v, first) {
+			first = v
+			n++
+		}
+	}
+	if n < b.q {
+		return nil, false
+	}
+	return backend.Reply(string(first.Str)), true
 }
 
 // voteOne votes on the nodes' only replies.

@@ -33,6 +33,16 @@ func AppendValue(b []byte, v backend.Value, resp3 bool) []byte {
 		return redcon.AppendBulk(b, v.Str)
 	case backend.KindMap, backend.KindSet, backend.KindArray:
 		return appendAggregate(b, v, resp3)
+	case backend.KindPairs:
+		if !resp3 {
+			return appendAggregate(b, v, false)
+		}
+		b = appendHeader(b, '*', len(v.Elems)/2)
+		for i := 0; i+1 < len(v.Elems); i += 2 {
+			b = AppendValue(appendHeader(b, '*', 2), v.Elems[i], true)
+			b = AppendValue(b, v.Elems[i+1], true)
+		}
+		return b
 	}
 	return appendScalar3(b, v, resp3)
 }

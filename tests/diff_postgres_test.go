@@ -18,7 +18,7 @@ import (
 // key left in the lease table is deleted through the proxy, and the
 // proxy's script cache is emptied.
 func TestDifferentialPostgres(t *testing.T) {
-	cases := append(diffLoadCorpus(t), diffGenerated()...)
+	cases := append(diffLoadCorpus(t, "postgres"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
 	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
 		t.Run(strategy, func(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 // each case the nodes are flushed and the proxy's script cache is emptied,
 // and the case runs on new connections, so no state crosses cases.
 func TestDifferentialQuorum(t *testing.T) {
-	cases := append(diffLoadCorpus(t), diffGenerated()...)
+	cases := append(diffLoadCorpus(t, "quorum"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
 	redis := testsrv.StartRedis(t)
 	var addrs []string

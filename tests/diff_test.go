@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,11 +47,14 @@ type diffLine struct {
 	inline string // the raw text of an inline command ('>')
 }
 
-// diffLoadCorpus reads every testdata/corpus/*.txt file: cases are blocks
+// diffLoadCorpus reads the testdata/corpus/*.txt files for the backend
+// named by target (memory, quorum, postgres, migrating): cases are blocks
 // separated by blank lines; "# name" starts a case; a line may begin with
 // one of the mode characters and a space. Arguments are quoted as in
-// redis-cli (see splitCommand): "a\x00b", 'as is'.
-func diffLoadCorpus(t *testing.T) []diffCase {
+// redis-cli (see splitCommand): "a\x00b", 'as is'. A file whose first
+// line is "#! only <target> …" is for the targets it names alone (the
+// value types, until every backend serves them).
+func diffLoadCorpus(t *testing.T, target string) []diffCase {
 	t.Helper()
 	files, err := filepath.Glob("testdata/corpus/*.txt")
 	if err != nil || len(files) == 0 {
@@ -62,6 +66,12 @@ func diffLoadCorpus(t *testing.T) []diffCase {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if only, ok := strings.CutPrefix(string(data), "#! only "); ok {
+			line, _, _ := strings.Cut(only, "\n")
+			if !slices.Contains(strings.Fields(line), target) {
+				continue
+			}
+		}
 		base := strings.TrimSuffix(filepath.Base(f), ".txt")
 		var cur *diffCase
 		for n, line := range strings.Split(string(data), "\n") {
@@ -69,6 +79,8 @@ func diffLoadCorpus(t *testing.T) []diffCase {
 			switch {
 			case strings.TrimSpace(line) == "":
 				cur = nil
+				continue
+			case strings.HasPrefix(line, "#! "):
 				continue
 			case strings.HasPrefix(line, "# "):
 				cases = append(cases, diffCase{name: base + "/" + strings.TrimSpace(line[2:])})
@@ -98,7 +110,7 @@ func diffLoadCorpus(t *testing.T) []diffCase {
 }
 
 func TestDifferential(t *testing.T) {
-	cases := append(diffLoadCorpus(t), diffGenerated()...)
+	cases := append(diffLoadCorpus(t, "memory"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
 	if len(cases) < 300 {
 		t.Fatalf("the corpus has %d cases; issue #2 asks for at least 300", len(cases))

@@ -18,7 +18,7 @@ import (
 // Redis serves every case, flushed before each; each case gets a fresh
 // memory backend and proxy.
 func TestMigratingDifferential(t *testing.T) {
-	cases := append(diffLoadCorpus(t), diffGenerated()...)
+	cases := append(diffLoadCorpus(t, "migrating"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
 	redis := testsrv.StartRedis(t)
 	legacy := testsrv.StartRedis(t)

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -10,10 +11,10 @@ import (
 )
 
 // TestScriptsBeyondLockModelAlike: a script that calls a command
-// lockproxy does not serve (sorted sets, hashes, lists, counters) gets the
-// same reply on every backend, and writes nothing anywhere. Memory and
-// postgres run scripts on the lock model, which refuses the call when it
-// is reached; quorum runs them on its nodes, which would serve it, so it
+// lockproxy does not serve (streams, SORT, APPEND, SETRANGE) gets the same
+// reply on every backend, and writes nothing anywhere. Memory and postgres
+// run scripts on the lock model, which refuses the call when it is
+// reached; quorum runs them on its nodes, which would serve it, so it
 // refuses such a script before sending it (luascripts/refuse.go). Before
 // that, quorum answered ZADD's 1 where the others answered an error.
 func TestScriptsBeyondLockModelAlike(t *testing.T) {
@@ -26,12 +27,12 @@ func TestScriptsBeyondLockModelAlike(t *testing.T) {
 	}
 	refusing := "local n = 0\n" +
 		"redis.call('set', KEYS[1], ARGV[1], 'PX', 10000)\n" +
-		"return redis.call('hincrby', KEYS[1] .. ':h', 'f', 1)"
+		"return redis.call('append', KEYS[1] .. ':h', 'x')"
 	scripts := [][]string{
-		{"EVAL", "return redis.call('zadd', KEYS[1], 1, 'a')", "1", "z"},
+		{"EVAL", "return redis.call('xadd', KEYS[1], '*', 'a', 1)", "1", "z"},
 		{"EVAL", refusing, "1", "lock:h", "tok"},
-		{"EVAL", "return redis.call('incr', 'counter')", "0"},
-		{"EVAL", "return redis.call('lpush', KEYS[1], 'x')", "1", "lock:h"},
+		{"EVAL", "return redis.call('setrange', 'counter', 0, 'x')", "0"},
+		{"EVAL", "return redis.call('sort', KEYS[1])", "1", "lock:h"},
 		{"EVALSHA", luascripts.SHA1(refusing), "1", "lock:h", "tok"},
 		// A script that only reads and writes strings is served alike too.
 		{"EVAL", "return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', 10000)", "1", "lock:s", "tok"},
@@ -60,7 +61,7 @@ func TestScriptsBeyondLockModelAlike(t *testing.T) {
 		}
 	}
 	if got := replies["memory"][0]; got[0] != '-' {
-		t.Errorf("memory served ZADD in a script (%q): the test no longer tests a refusal", got)
+		t.Errorf("memory served XADD in a script (%q): the test no longer tests a refusal", got)
 	}
 	// Nothing reached the quorum nodes but the plain string lock.
 	for i, n := range nodes {
@@ -69,5 +70,45 @@ func TestScriptsBeyondLockModelAlike(t *testing.T) {
 			t.Errorf("node %d holds %v (%v); want lock:s at most", i, k, err)
 		}
 		d.Close()
+	}
+}
+
+// TestScriptsTypedAlike: a script over a sorted set (redis-semaphore's
+// shape) is served alike by memory and quorum; postgres, which keeps
+// string values only for now, refuses it before it runs and writes
+// nothing.
+func TestScriptsTypedAlike(t *testing.T) {
+	quorumAddr, _ := testsrv.StartQuorumProxy(t, 3)
+	pgAddr, _ := testsrv.StartPostgresProxy(t, "advisory")
+	src := "redis.call('zremrangebyscore', KEYS[1], '-inf', 0)\n" +
+		"if redis.call('zcard', KEYS[1]) < 2 then\n" +
+		"  redis.call('zadd', KEYS[1], ARGV[2], ARGV[1])\n" +
+		"  redis.call('pexpire', KEYS[1], 10000)\n" +
+		"  return 1\n" +
+		"end\n" +
+		"return 0"
+	run := func(addr string) []string {
+		c := dialRESP(t, addr)
+		var out []string
+		for _, cmd := range [][]string{
+			{"EVAL", src, "1", "sem", "a", "1"}, {"EVAL", src, "1", "sem", "b", "2"},
+			{"EVAL", src, "1", "sem", "c", "3"}, {"ZRANGE", "sem", "0", "-1", "WITHSCORES"}, {"TYPE", "sem"},
+		} {
+			r, err := c.do(cmd...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	mem, quo, pg := run(testsrv.StartMemoryProxy(t)), run(quorumAddr), run(pgAddr)
+	want := []string{":1\r\n", ":1\r\n", ":0\r\n", "*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n", "+zset\r\n"}
+	if !slices.Equal(mem, want) || !slices.Equal(quo, want) {
+		t.Errorf("memory %q, quorum %q; want %q", mem, quo, want)
+	}
+	refusal := "-ERR lockproxy's backend serves string values only: 'zremrangebyscore' is not supported yet script: " + luascripts.SHA1(src) + ", on @user_script:1.\r\n"
+	if pg[0] != refusal || pg[4] != "+none\r\n" {
+		t.Errorf("postgres %q; want the refusal %q and nothing written", pg, refusal)
 	}
 }

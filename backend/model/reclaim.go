@@ -28,7 +28,7 @@ func (s *Space) Sample(db int, n int, now int64) (seen, expired int) {
 		}
 		seen++
 		if !e.Live(now) {
-			delete(m, k)
+			s.drop(db, k)
 			expired++
 		}
 	}
@@ -54,6 +54,7 @@ func (s *Space) Shrink(db int) bool {
 		return false
 	case len(m) == 0:
 		s.dbs[db] = nil
+		s.objs[db] = nil
 	case s.peak[db] < ShrinkMin || len(m) > s.peak[db]/4:
 		return false
 	default:
@@ -72,6 +73,7 @@ func (s *Space) Shrink(db int) bool {
 func (s *Space) Reset() {
 	for db := range s.dbs {
 		clear(s.dbs[db])
+		clear(s.objs[db])
 		s.peak[db] = 0
 	}
 	s.expired = 0

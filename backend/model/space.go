@@ -8,9 +8,18 @@ import (
 
 // Entry is one key's token and deadline.
 type Entry struct {
+	// Token is a string key's value, never nil (Put stores an empty
+	// token as empty, not nil); nil for a key holding an Object, which
+	// the Space keeps beside it (Lookup).
 	Token    []byte
 	Deadline int64 // Unix milliseconds; 0: none
 }
+
+// IsString reports whether e is a string key's entry.
+func (e Entry) IsString() bool { return e.Token != nil }
+
+// emptyToken is the empty string's token: not nil, which marks an Object.
+var emptyToken = []byte{}
 
 // Live reports whether e is live at now (Unix milliseconds).
 func (e Entry) Live(now int64) bool { return e.Deadline == 0 || e.Deadline > now }
@@ -23,8 +32,9 @@ func (e Entry) Live(now int64) bool { return e.Deadline == 0 || e.Deadline > now
 // immutability.
 type Space struct {
 	dbs     [backend.Databases]map[string]Entry
-	peak    [backend.Databases]int // most entries each map held since it was last rebuilt
-	expired uint64                 // keys deleted because their deadline passed
+	objs    [backend.Databases]map[string]Object // the values of the entries whose Token is nil
+	peak    [backend.Databases]int               // most entries each map held since it was last rebuilt
+	expired uint64                               // keys deleted because their deadline passed
 }
 
 // Get returns key's live entry; a key past its deadline is deleted and
@@ -33,16 +43,56 @@ func (s *Space) Get(db int, key string, now int64) (Entry, bool) {
 	m := s.dbs[db]
 	e, ok := m[key]
 	if ok && !e.Live(now) {
-		delete(m, key)
+		s.drop(db, key)
 		s.expired++
 		return Entry{}, false
 	}
 	return e, ok
 }
 
-// Put writes e under key as it is, whatever was there (MSET, or a state
-// loaded from elsewhere).
+// Lookup returns key's live entry and, when it holds one, its Object
+// (nil for a string); a key past its deadline is deleted and counted as
+// expired.
+func (s *Space) Lookup(db int, key string, now int64) (Entry, Object, bool) {
+	e, ok := s.Get(db, key, now)
+	if !ok || e.IsString() {
+		return e, nil, ok
+	}
+	return e, s.objs[db][key], true
+}
+
+// drop deletes key, whatever it holds.
+func (s *Space) drop(db int, key string) {
+	delete(s.dbs[db], key)
+	if s.objs[db] != nil {
+		delete(s.objs[db], key)
+	}
+}
+
+// Put writes the string entry e under key as it is, whatever was there
+// (MSET, or a state loaded from elsewhere). A nil Token is the empty
+// string.
 func (s *Space) Put(db int, key string, e Entry) {
+	if e.Token == nil {
+		e.Token = emptyToken
+	}
+	if s.objs[db] != nil {
+		delete(s.objs[db], key)
+	}
+	s.put(db, key, e)
+}
+
+// PutObject writes o under key with deadline (0: none), whatever was
+// there.
+func (s *Space) PutObject(db int, key string, o Object, deadline int64) {
+	if s.objs[db] == nil {
+		s.objs[db] = make(map[string]Object)
+	}
+	s.objs[db][key] = o
+	s.put(db, key, Entry{Deadline: deadline})
+}
+
+func (s *Space) put(db int, key string, e Entry) {
 	m := s.dbs[db]
 	if m == nil {
 		m = make(map[string]Entry)
@@ -54,15 +104,20 @@ func (s *Space) Put(db int, key string, e Entry) {
 	}
 }
 
-// Set is SET: it writes tok under o's condition at now.
-func (s *Space) Set(db int, key string, tok []byte, o backend.SetOptions, now int64) backend.SetResult {
+// Set is SET: it writes tok under o's condition at now. A condition on
+// the token (IFEQ, IFNE) or GET on a key of another type is WRONGTYPE, as
+// Redis answers; a plain, NX or XX SET replaces any type.
+func (s *Space) Set(db int, key string, tok []byte, o backend.SetOptions, now int64) (backend.SetResult, error) {
 	cur, live := s.Get(db, key, now)
+	if live && !cur.IsString() && (o.Get || o.Cond == backend.IfEqual || o.Cond == backend.IfNotEqual) {
+		return backend.SetResult{}, backend.ErrWrongType
+	}
 	res := backend.SetResult{HadPrev: live}
 	if o.Get {
 		res.Prev = cur.Token
 	}
 	if !setAllowed(o, cur, live) {
-		return res
+		return res, nil
 	}
 	res.Written = true
 	var exp int64
@@ -72,12 +127,12 @@ func (s *Space) Set(db int, key string, tok []byte, o backend.SetOptions, now in
 	case !o.Expiry.IsZero():
 		exp = deadline(o.Expiry, now)
 		if exp <= now {
-			delete(s.dbs[db], key)
-			return res
+			s.drop(db, key)
+			return res, nil
 		}
 	}
 	s.Put(db, key, Entry{Token: tok, Deadline: exp})
-	return res
+	return res, nil
 }
 
 // setAllowed reports whether SET's condition holds on the key's current
@@ -107,21 +162,27 @@ func deadline(e backend.Expiry, now int64) int64 {
 // Del removes key and reports whether it was live.
 func (s *Space) Del(db int, key string, now int64) bool {
 	if _, ok := s.Get(db, key, now); ok {
-		delete(s.dbs[db], key)
+		s.drop(db, key)
 		return true
 	}
 	return false
 }
 
 // DelIf removes a live key whose token compares as cond (IfEqual or
-// IfNotEqual) with match, and reports whether it did.
-func (s *Space) DelIf(db int, key string, cond backend.Cond, match []byte, now int64) bool {
+// IfNotEqual) with match, and reports whether it did; a key of another
+// type is WRONGTYPE.
+func (s *Space) DelIf(db int, key string, cond backend.Cond, match []byte, now int64) (bool, error) {
 	cur, live := s.Get(db, key, now)
-	if !live || bytes.Equal(cur.Token, match) != (cond == backend.IfEqual) {
-		return false
+	switch {
+	case !live:
+		return false, nil
+	case !cur.IsString():
+		return false, backend.ErrWrongType
+	case bytes.Equal(cur.Token, match) != (cond == backend.IfEqual):
+		return false, nil
 	}
-	delete(s.dbs[db], key)
-	return true
+	s.drop(db, key)
+	return true, nil
 }
 
 // PTTL is the milliseconds key has left: -2 when it is absent, -1 when it
@@ -149,7 +210,7 @@ func (s *Space) Expire(db int, key string, e backend.Expiry, cond backend.Expire
 		return false
 	}
 	if when <= now {
-		delete(s.dbs[db], key)
+		s.drop(db, key)
 		return true
 	}
 	cur.Deadline = when

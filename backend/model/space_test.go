@@ -82,7 +82,7 @@ func TestSet(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := with(tc.cur)
-			res := s.Set(3, "k", tok, tc.o, now)
+			res, _ := s.Set(3, "k", tok, tc.o, now)
 			if res.Written != tc.written || res.HadPrev != tc.hadPrev || !bytes.Equal(res.Prev, tc.prev) {
 				t.Errorf("Set = %+v; want written %v, hadPrev %v, prev %q", res, tc.written, tc.hadPrev, tc.prev)
 			}
@@ -151,10 +151,10 @@ func TestReads(t *testing.T) {
 		{"PTTL", func(s *Space) any { return s.PTTL(3, "k", now) }},
 		{"Persist", func(s *Space) any { return s.Persist(3, "k", now) }},
 		{"Del", func(s *Space) any { return s.Del(3, "k", now) }},
-		{"DelIf equal", func(s *Space) any { return s.DelIf(3, "k", backend.IfEqual, tok, now) }},
-		{"DelIf equal other", func(s *Space) any { return s.DelIf(3, "k", backend.IfEqual, other, now) }},
-		{"DelIf not equal", func(s *Space) any { return s.DelIf(3, "k", backend.IfNotEqual, tok, now) }},
-		{"DelIf not equal other", func(s *Space) any { return s.DelIf(3, "k", backend.IfNotEqual, other, now) }},
+		{"DelIf equal", func(s *Space) any { ok, _ := s.DelIf(3, "k", backend.IfEqual, tok, now); return ok }},
+		{"DelIf equal other", func(s *Space) any { ok, _ := s.DelIf(3, "k", backend.IfEqual, other, now); return ok }},
+		{"DelIf not equal", func(s *Space) any { ok, _ := s.DelIf(3, "k", backend.IfNotEqual, tok, now); return ok }},
+		{"DelIf not equal other", func(s *Space) any { ok, _ := s.DelIf(3, "k", backend.IfNotEqual, other, now); return ok }},
 	}
 	for _, tc := range []struct {
 		name  string

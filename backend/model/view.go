@@ -68,7 +68,7 @@ func (v *View) Set(_ context.Context, db int, key string, token []byte, o backen
 	if err := v.admit(db, key); err != nil {
 		return backend.SetResult{}, err
 	}
-	return v.space(key).Set(db, key, token, o, v.Now), nil
+	return v.space(key).Set(db, key, token, o, v.Now)
 }
 
 // Get implements backend.KeySpace.
@@ -77,6 +77,9 @@ func (v *View) Get(_ context.Context, db int, key string) ([]byte, bool, error) 
 		return nil, false, err
 	}
 	e, ok := v.space(key).Get(db, key, v.Now)
+	if ok && !e.IsString() {
+		return nil, false, backend.ErrWrongType
+	}
 	return e.Token, ok, nil
 }
 
@@ -99,7 +102,7 @@ func (v *View) DelIf(_ context.Context, db int, key string, cond backend.Cond, m
 	if err := v.admit(db, key); err != nil {
 		return false, err
 	}
-	return v.space(key).DelIf(db, key, cond, match, v.Now), nil
+	return v.space(key).DelIf(db, key, cond, match, v.Now)
 }
 
 // Exists implements backend.KeySpace.

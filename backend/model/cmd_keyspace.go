@@ -1,0 +1,257 @@
+package model
+
+import (
+	"cmp"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lockproxy/lockproxy/backend"
+)
+
+// The commands on the key space as a whole, over every Space of the View.
+// Keys past their deadline are neither listed nor counted.
+
+// each calls f for every live key of db in the View's spaces.
+func (c *call) each(db int, f func(key string, e Entry, sp *Space)) {
+	for _, sp := range c.v.Spaces {
+		for k, e := range sp.dbs[db] {
+			if e.Live(c.v.Now) {
+				f(k, e, sp)
+			}
+		}
+	}
+}
+
+func cmdKeys(c *call) (backend.Value, error) {
+	pattern := c.args[1]
+	var out []string
+	c.each(c.db, func(k string, _ Entry, _ *Space) {
+		if Match(pattern, []byte(k)) {
+			out = append(out, k)
+		}
+	})
+	return bulks(out), nil
+}
+
+// scanHash orders keys for SCAN: a cursor is the hash from which the next
+// page starts, so a key present for a whole iteration is returned at least
+// once however the key space changes in between.
+func scanHash(key string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return h.Sum64()
+}
+
+// cmdScan is SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]. Each page
+// holds up to COUNT keys in hash order from the cursor, filtered by MATCH
+// and TYPE after they are picked, as Redis filters; the last page answers
+// cursor 0.
+func cmdScan(c *call) (backend.Value, error) {
+	cursor, err := strconv.ParseUint(string(c.args[1]), 10, 64)
+	if err != nil {
+		return backend.Value{}, backend.Reply(backend.MsgInvalidCursor)
+	}
+	count := int64(10)
+	var pattern []byte
+	var typ string
+	for i := 2; i < len(c.args); i += 2 {
+		if i+1 >= len(c.args) {
+			return backend.Value{}, backend.Reply(backend.MsgSyntax)
+		}
+		switch strings.ToLower(string(c.args[i])) {
+		case "count":
+			if count, err = c.intArg(i + 1); err != nil {
+				return backend.Value{}, err
+			}
+			if count < 1 {
+				return backend.Value{}, backend.Reply(backend.MsgSyntax)
+			}
+		case "match":
+			pattern = c.args[i+1]
+		case "type":
+			typ = strings.ToLower(string(c.args[i+1]))
+		default:
+			return backend.Value{}, backend.Reply(backend.MsgSyntax)
+		}
+	}
+	type cand struct {
+		h   uint64
+		key string
+		typ string
+	}
+	var all []cand
+	c.each(c.db, func(k string, e Entry, sp *Space) {
+		if h := scanHash(k); h >= cursor {
+			t := "string"
+			if !e.IsString() {
+				t = sp.objs[c.db][k].Type()
+			}
+			all = append(all, cand{h, k, t})
+		}
+	})
+	slices.SortFunc(all, func(a, b cand) int { return cmp.Or(cmp.Compare(a.h, b.h), cmp.Compare(a.key, b.key)) })
+	page := all
+	next := uint64(0)
+	if int64(len(all)) > count {
+		page = all[:count]
+		// Keys sharing a hash stay on one page, so the cursor skips none.
+		for len(page) < len(all) && all[len(page)].h == page[len(page)-1].h {
+			page = all[:len(page)+1]
+		}
+		if len(page) < len(all) {
+			next = all[len(page)].h
+		}
+	}
+	var keys []string
+	for _, k := range page {
+		if (pattern == nil || Match(pattern, []byte(k.key))) && (typ == "" || typ == k.typ) {
+			keys = append(keys, k.key)
+		}
+	}
+	return backend.Array(backend.BulkString(strconv.FormatUint(next, 10)), bulks(keys)), nil
+}
+
+func cmdRandomKey(c *call) (backend.Value, error) {
+	for _, sp := range c.v.Spaces {
+		for k, e := range sp.dbs[c.db] { // map order is random
+			if e.Live(c.v.Now) {
+				return backend.BulkString(k), nil
+			}
+		}
+	}
+	return backend.NilValue, nil
+}
+
+// cmdFlush is FLUSHDB and FLUSHALL, with ASYNC or SYNC (the same here).
+func cmdFlush(c *call) (backend.Value, error) {
+	if len(c.args) > 2 || (len(c.args) == 2 && !strings.EqualFold(string(c.args[1]), "async") && !strings.EqualFold(string(c.args[1]), "sync")) {
+		return backend.Value{}, backend.Reply(backend.MsgSyntax)
+	}
+	dbs := []int{c.db}
+	if c.name() == "flushall" {
+		dbs = dbs[:0]
+		for db := range backend.Databases {
+			dbs = append(dbs, db)
+		}
+	}
+	for _, sp := range c.v.Spaces {
+		for _, db := range dbs {
+			clear(sp.dbs[db])
+			clear(sp.objs[db])
+		}
+	}
+	return backend.OKValue, nil
+}
+
+// take removes key from db and returns what it held.
+func (c *call) take(db int, key string) (Entry, Object, bool) {
+	sp := c.space(key)
+	e, o, ok := sp.Lookup(db, key, c.v.Now)
+	if ok {
+		sp.drop(db, key)
+	}
+	return e, o, ok
+}
+
+// place writes a value taken or copied under key in db.
+func (c *call) place(db int, key string, e Entry, o Object) {
+	sp := c.space(key)
+	if o != nil {
+		sp.PutObject(db, key, o, e.Deadline)
+		return
+	}
+	sp.Put(db, key, e)
+}
+
+// cmdRename is RENAME and RENAMENX: the value moves with its expiry.
+func cmdRename(c *call) (backend.Value, error) {
+	src, dst := c.key(1), c.key(2)
+	nx := c.name() == "renamenx"
+	if _, _, ok := c.space(src).Lookup(c.db, src, c.v.Now); !ok {
+		return backend.Value{}, backend.Reply(backend.MsgNoSuchKey)
+	}
+	if src == dst {
+		if nx {
+			return backend.Int(0), nil
+		}
+		return backend.OKValue, nil
+	}
+	if _, _, exists := c.space(dst).Lookup(c.db, dst, c.v.Now); exists && nx {
+		return backend.Int(0), nil
+	}
+	e, o, _ := c.take(c.db, src)
+	c.space(dst).drop(c.db, dst)
+	c.place(c.db, dst, e, o)
+	if nx {
+		return backend.Int(1), nil
+	}
+	return backend.OKValue, nil
+}
+
+// cmdCopy is COPY source destination [DB n] [REPLACE].
+func cmdCopy(c *call) (backend.Value, error) {
+	src, dst := c.key(1), c.key(2)
+	db, replace := c.db, false
+	for i := 3; i < len(c.args); i++ {
+		switch opt := strings.ToLower(string(c.args[i])); {
+		case opt == "replace":
+			replace = true
+		case opt == "db" && i+1 < len(c.args):
+			n, err := c.intArg(i + 1)
+			if err != nil {
+				return backend.Value{}, err
+			}
+			if n < 0 || n >= backend.Databases {
+				return backend.Value{}, backend.Reply(backend.MsgDBOutOfRange)
+			}
+			db = int(n)
+			i++
+		default:
+			return backend.Value{}, backend.Reply(backend.MsgSyntax)
+		}
+	}
+	if src == dst && db == c.db {
+		return backend.Value{}, backend.Reply(backend.MsgSameObject)
+	}
+	e, o, ok := c.space(src).Lookup(c.db, src, c.v.Now)
+	if !ok {
+		return backend.Int(0), nil
+	}
+	if _, _, exists := c.space(dst).Lookup(db, dst, c.v.Now); exists {
+		if !replace {
+			return backend.Int(0), nil
+		}
+		c.space(dst).drop(db, dst)
+	}
+	if o != nil {
+		o = o.Clone()
+	}
+	c.place(db, dst, e, o)
+	return backend.Int(1), nil
+}
+
+// cmdObject serves OBJECT ENCODING; other subcommands (IDLETIME, FREQ,
+// REFCOUNT) track what lockproxy does not keep and are refused.
+func cmdObject(c *call) (backend.Value, error) {
+	sub := strings.ToLower(string(c.args[1]))
+	if sub != "encoding" {
+		return backend.Value{}, backend.Reply(backend.ErrUnknownSubcommand("object", string(c.args[1])))
+	}
+	if len(c.args) != 3 {
+		return backend.Value{}, backend.Reply(backend.ErrWrongArgs("object|encoding"))
+	}
+	key := c.key(2)
+	e, o, ok := c.space(key).Lookup(c.db, key, c.v.Now)
+	switch {
+	case !ok:
+		return backend.NilValue, nil
+	case o != nil:
+		return backend.BulkString(o.Encoding()), nil
+	}
+	if _, isInt := backend.ParseInt(e.Token); isInt {
+		return backend.BulkString("int"), nil
+	}
+	return backend.BulkString(encoding(len(e.Token) <= 44, "embstr", "raw")), nil
+}

@@ -1,0 +1,92 @@
+package keycmd
+
+import (
+	"context"
+
+	"github.com/lockproxy/lockproxy/backend"
+)
+
+// The commands a backend runs whole (backend.KeySpace.Do): the value types
+// beyond strings, counters, TYPE, and the key space as a whole. keycmd
+// checks their arity and finds their keys; the rules are package model's
+// (memory, postgres) or the nodes' own (quorum).
+
+// typedCommand is one entry of typedCommands: name, arity, whether it
+// writes, where its keys are.
+type typedCommand struct {
+	name  string
+	arity int
+	write bool
+	keys  keySpec
+}
+
+// stringCommands are the typed commands a backend serving string values
+// only serves too: they make and read strings, or move keys whole.
+var stringCommands = map[string]bool{
+	"type": true, "expiretime": true, "pexpiretime": true, "incr": true, "decr": true,
+	"incrby": true, "decrby": true, "rename": true, "renamenx": true, "copy": true,
+}
+
+var (
+	noKeys  = keySpec{}
+	twoKeys = keySpec{1, 2, 1} // RENAME src dst, COPY src dst …
+	subKey  = keySpec{2, 2, 1} // OBJECT ENCODING key
+)
+
+var typedCommands = []typedCommand{
+	{"type", 2, false, oneKey}, {"expiretime", 2, false, oneKey}, {"pexpiretime", 2, false, oneKey},
+	{"incr", 2, true, oneKey}, {"decr", 2, true, oneKey}, {"incrby", 3, true, oneKey}, {"decrby", 3, true, oneKey},
+	{"keys", 2, false, noKeys}, {"scan", -2, false, noKeys}, {"randomkey", 1, false, noKeys},
+	{"flushdb", -1, true, noKeys}, {"flushall", -1, true, noKeys},
+	{"rename", 3, true, twoKeys}, {"renamenx", 3, true, twoKeys}, {"copy", -3, true, twoKeys},
+	{"object", -2, false, subKey},
+
+	{"hset", -4, true, oneKey}, {"hmset", -4, true, oneKey}, {"hsetnx", 4, true, oneKey},
+	{"hget", 3, false, oneKey}, {"hmget", -3, false, oneKey}, {"hgetall", 2, false, oneKey},
+	{"hkeys", 2, false, oneKey}, {"hvals", 2, false, oneKey}, {"hdel", -3, true, oneKey},
+	{"hexists", 3, false, oneKey}, {"hlen", 2, false, oneKey}, {"hstrlen", 3, false, oneKey},
+	{"hincrby", 4, true, oneKey},
+
+	{"sadd", -3, true, oneKey}, {"srem", -3, true, oneKey}, {"sismember", 3, false, oneKey},
+	{"smismember", -3, false, oneKey}, {"scard", 2, false, oneKey}, {"smembers", 2, false, oneKey},
+
+	{"lpush", -3, true, oneKey}, {"rpush", -3, true, oneKey}, {"lpushx", -3, true, oneKey},
+	{"rpushx", -3, true, oneKey}, {"lpop", -2, true, oneKey}, {"rpop", -2, true, oneKey},
+	{"lindex", 3, false, oneKey}, {"lrange", 4, false, oneKey}, {"lrem", 4, true, oneKey},
+	{"llen", 2, false, oneKey}, {"lset", 4, true, oneKey}, {"ltrim", 4, true, oneKey},
+
+	{"zadd", -4, true, oneKey}, {"zincrby", 4, true, oneKey}, {"zrem", -3, true, oneKey},
+	{"zscore", 3, false, oneKey}, {"zmscore", -3, false, oneKey}, {"zcard", 2, false, oneKey},
+	{"zcount", 4, false, oneKey}, {"zrank", 3, false, oneKey}, {"zrevrank", 3, false, oneKey},
+	{"zrange", -4, false, oneKey}, {"zrangebyscore", -4, false, oneKey},
+	{"zrevrangebyscore", -4, false, oneKey}, {"zrevrange", -4, false, oneKey},
+	{"zrangebylex", -4, false, oneKey}, {"zrevrangebylex", -4, false, oneKey},
+	{"zremrangebyscore", 4, true, oneKey}, {"zpopmin", -2, true, oneKey}, {"zpopmax", -2, true, oneKey},
+}
+
+func init() {
+	for _, t := range typedCommands {
+		c := &Command{Name: t.name, Arity: t.arity, Write: t.write, keys: t.keys, typed: true}
+		c.run = func(ctx context.Context, ks backend.KeySpace, db int, args [][]byte) (backend.Value, error) {
+			return ks.Do(ctx, db, keys(c.Keys(args)), args)
+		}
+		table[t.name] = c
+	}
+}
+
+// Typed reports whether the backend runs c whole (backend.KeySpace.Do).
+func (c *Command) Typed() bool { return c.typed }
+
+// BeyondStrings reports whether name (lower case) is a command that a
+// backend serving string values only does not serve: the hash, set, list
+// and sorted-set commands, and those on the key space as a whole.
+func BeyondStrings(name string) bool {
+	c := Lookup([]byte(name))
+	return c != nil && c.typed && !stringCommands[name]
+}
+
+// NotServedHereMsg is the refusal of a backend that serves string values
+// only (where: "postgres backend", "migrating proxy") to the command name.
+func NotServedHereMsg(name, where string) string {
+	return "ERR lockproxy's " + where + " serves string values only: '" + name + "' is not supported yet"
+}

@@ -1,0 +1,103 @@
+package quorum
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/keycmd"
+)
+
+// Do implements backend.KeySpace: the command runs on every node as it
+// came, and the reply Q nodes agree on is the answer (an error reply
+// counts as a reply); otherwise TRYAGAIN. Nodes speak RESP3, so maps, sets
+// and doubles keep their kind; ZRANGE … WITHSCORES pairs are flattened
+// back (backend.KindPairs). EXPIRETIME and PEXPIRETIME answer the median
+// of the nodes' deadlines, which differ by the nodes' receipt times.
+//
+// Not yet: a write that lost the vote is not undone on the nodes that ran
+// it (an acquiring script over these types is not recognised either: the
+// watch reads strings), and the commands on the key space as a whole
+// (KEYS, SCAN, RANDOMKEY, FLUSHDB, FLUSHALL), whose nodes' answers differ
+// by nature, are refused.
+func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
+	name := strings.ToLower(string(args[0]))
+	switch name {
+	case "keys", "scan", "randomkey", "flushdb", "flushall":
+		return backend.Value{}, backend.Reply(keycmd.NotServedHereMsg(name, "quorum backend"))
+	}
+	if c := keycmd.Lookup(args[0]); c != nil && c.Write {
+		defer b.lockKeys(keys...)()
+	}
+	r := &req{}
+	r.cmds.Cmd(len(args))
+	for _, a := range args {
+		r.cmds.ArgBytes(a)
+	}
+	key := ""
+	if len(keys) > 0 {
+		key = keys[0]
+	}
+	replies := b.fanout(ctx, db, key, same(r), nil)
+	if name == "expiretime" || name == "pexpiretime" {
+		return b.medianInt(replies)
+	}
+	v, ok := b.voteOne(replies)
+	switch {
+	case !ok:
+		return backend.Value{}, b.errNoQuorum(replies)
+	case v.Kind == backend.KindError:
+		return backend.Value{}, backend.Reply(string(v.Str))
+	case v.Kind == backend.KindNil && len(args) == 3 && (name == "lpop" || name == "rpop"):
+		return backend.Value{Kind: backend.KindNilArray}, nil // RESP3's null stands for RESP2's null array here
+	}
+	return flattenPairs(v), nil
+}
+
+// flattenPairs turns a RESP3 array of two-element arrays (ZRANGE …
+// WITHSCORES) into backend.KindPairs, which renders flat for RESP2.
+func flattenPairs(v backend.Value) backend.Value {
+	if v.Kind != backend.KindArray || len(v.Elems) == 0 {
+		return v
+	}
+	flat := make([]backend.Value, 0, 2*len(v.Elems))
+	for _, e := range v.Elems {
+		if e.Kind != backend.KindArray || len(e.Elems) != 2 || e.Elems[1].Kind != backend.KindDouble {
+			return v
+		}
+		flat = append(flat, e.Elems...)
+	}
+	return backend.Value{Kind: backend.KindPairs, Elems: flat}
+}
+
+// medianInt is the median of Q or more integer replies; a -2 or -1 needs a
+// majority of its own.
+func (b *Backend) medianInt(replies []nodeReply) (backend.Value, error) {
+	var n []int64
+	for _, r := range replies {
+		if v, ok := one(r); ok && v.Kind == backend.KindInt {
+			n = append(n, v.Int)
+		}
+	}
+	if len(n) < b.q {
+		return b.voteIntValue(replies)
+	}
+	slices.Sort(n)
+	m := n[len(n)/2]
+	if m < 0 {
+		return b.voteIntValue(replies)
+	}
+	return backend.Int(m), nil
+}
+
+func (b *Backend) voteIntValue(replies []nodeReply) (backend.Value, error) {
+	v, ok := b.voteOne(replies)
+	switch {
+	case !ok:
+		return backend.Value{}, b.errNoQuorum(replies)
+	case v.Kind == backend.KindError:
+		return backend.Value{}, backend.Reply(string(v.Str))
+	}
+	return v, nil
+}
