@@ -87,6 +87,11 @@ func ErrWrongArgs(cmd string) string {
 	return "ERR wrong number of arguments for '" + strings.ToLower(cmd) + "' command"
 }
 
+// ErrNoPerm is the ACL refusal of cmd to a user without the permission.
+func ErrNoPerm(cmd string) string {
+	return "NOPERM this user has no permissions to run the '" + strings.ToLower(cmd) + "' command"
+}
+
 // ErrHelloSyntax is HELLO's reply to an option it does not know.
 func ErrHelloSyntax(opt string) string {
 	return "ERR Syntax error in HELLO option '" + opt + "'"

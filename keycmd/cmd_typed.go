@@ -85,6 +85,17 @@ func BeyondStrings(name string) bool {
 	return c != nil && c.typed && !stringCommands[name]
 }
 
+// NotInScripts reports whether name (lower case) is a command lockproxy
+// does not run from scripts, on any backend: FLUSHDB and FLUSHALL, which
+// the proxy grants to admin users only and which on quorum's nodes would
+// take the horizon marker with them.
+func NotInScripts(name string) bool { return name == "flushdb" || name == "flushall" }
+
+// NotInScriptsMsg is the error a script gets for calling such a command.
+func NotInScriptsMsg(name string) string {
+	return "ERR lockproxy does not run '" + name + "' from scripts"
+}
+
 // NotServedHereMsg is the refusal of a backend that serves string values
 // only (where: "postgres backend", "migrating proxy") to the command name.
 func NotServedHereMsg(name, where string) string {

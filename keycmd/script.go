@@ -49,6 +49,9 @@ func (c *ScriptCaller) Call(ctx context.Context, args [][]byte) (backend.Value, 
 		if c.RO && cmd.Write {
 			return backend.Value{}, backend.Reply(backend.MsgScriptReadOnly)
 		}
+		if NotInScripts(cmd.Name) {
+			return backend.Value{}, backend.Reply(NotInScriptsMsg(cmd.Name))
+		}
 		if c.Strings && BeyondStrings(cmd.Name) {
 			return backend.Value{}, backend.Reply(NotServedHereMsg(cmd.Name, "backend"))
 		}

@@ -55,7 +55,7 @@ func refusal(s backend.Script, strings bool) error {
 	}
 	var out []call
 	for name, line := range cmds {
-		if keycmd.NotServed(name) || (strings && keycmd.BeyondStrings(name)) {
+		if keycmd.NotServed(name) || keycmd.NotInScripts(name) || (strings && keycmd.BeyondStrings(name)) {
 			out = append(out, call{name, line})
 		}
 	}
@@ -68,7 +68,10 @@ func refusal(s backend.Script, strings bool) error {
 		sha = SHA1(s.Src)
 	}
 	msg := keycmd.NotServedMsg(first.name)
-	if !keycmd.NotServed(first.name) {
+	switch {
+	case keycmd.NotInScripts(first.name):
+		msg = keycmd.NotInScriptsMsg(first.name)
+	case !keycmd.NotServed(first.name):
 		msg = keycmd.NotServedHereMsg(first.name, "backend")
 	}
 	return &backend.ReplyError{Reply: msg + " script: " + sha + ", on @user_script:" + strconv.Itoa(first.line) + "."}

@@ -23,7 +23,8 @@ func TestRefusal(t *testing.T) {
 		{"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", ""},
 		{"return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])", ""},
 		{"return redis.call(ARGV[1], KEYS[1])", ""}, // named at run time: not readable
-		{"return redis.call('nosuchcommand')", ""},  // unknown to Redis too: the call's own error
+		{"return redis.call('nosuchcommand')", ""},
+		{"redis.call('set', KEYS[1], 1)\nreturn redis.call('FLUSHALL')", "ERR lockproxy does not run 'flushall' from scripts script: %s, on @user_script:2."}, // unknown to Redis too: the call's own error
 	} {
 		s := backend.Script{Src: tc.src, SHA1: SHA1(tc.src)}
 		for _, strings := range []bool{false, true} {

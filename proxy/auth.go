@@ -14,6 +14,9 @@ import (
 type User struct {
 	Name           string
 	PasswordSHA256 [sha256.Size]byte
+	// Admin grants the commands that act beyond one's own locks (FLUSHDB,
+	// FLUSHALL). The default user holds every permission, as in Redis.
+	Admin bool
 }
 
 // authRequired reports whether a new connection starts unauthenticated:
@@ -52,8 +55,34 @@ func (cl *client) checkPass(user, pass string) backend.Value {
 	if !cl.s.authenticate(user, pass) {
 		return backend.ErrorValue(backend.MsgWrongPass)
 	}
-	cl.authed = true
+	cl.authed, cl.user = true, user
 	return backend.OKValue
+}
+
+// admin reports whether the connection's user holds the admin permission:
+// the default user does, as Redis's default user holds every permission.
+func (cl *client) admin() bool {
+	if cl.user == "" || cl.user == "default" {
+		return true
+	}
+	for _, u := range cl.s.cfg.Users {
+		if u.Name == cl.user {
+			return u.Admin
+		}
+	}
+	return false
+}
+
+// flushRefusal is the reply refusing FLUSHDB or FLUSHALL (name) to this
+// connection, or "" when it may run it.
+func (cl *client) flushRefusal(name string) string {
+	switch {
+	case cl.s.cfg.NoFlush:
+		return "ERR lockproxy refuses '" + name + "': allow-flush is off in its configuration"
+	case !cl.admin():
+		return backend.ErrNoPerm(name)
+	}
+	return ""
 }
 
 func cmdAuth(cl *client, args [][]byte) backend.Value {

@@ -29,7 +29,7 @@ func cmdQuit(cl *client, args [][]byte) backend.Value {
 func cmdReset(cl *client, args [][]byte) backend.Value {
 	cl.db, cl.resp3, cl.name, cl.reply = 0, false, "", replyOn
 	cl.inMulti, cl.dirty, cl.queue = false, false, nil
-	cl.authed = !cl.s.authRequired()
+	cl.authed, cl.user = !cl.s.authRequired(), ""
 	cl.closeUpstream() // a fresh upstream connection for the fresh state
 	return backend.Status("RESET")
 }

@@ -33,6 +33,7 @@ type client struct {
 	db       int
 	resp3    bool
 	authed   bool
+	user     string // the user AUTH named; "": default
 	name     string
 	libName  string
 	libVer   string
@@ -268,6 +269,11 @@ func (cl *client) command(args [][]byte) backend.Value {
 	}
 	if !cl.authed && !noAuthCommands[name] {
 		return cl.reject(name, backend.MsgNoAuth)
+	}
+	if kc != nil && (name == "flushdb" || name == "flushall") {
+		if msg := cl.flushRefusal(name); msg != "" {
+			return cl.reject(name, msg)
+		}
 	}
 	if cl.inMulti && name != "exec" && name != "discard" && name != "multi" && name != "quit" && name != "reset" {
 		cl.queue = append(cl.queue, cloneArgs(args))

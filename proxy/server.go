@@ -26,6 +26,10 @@ type Config struct {
 	// RequirePass, the default user is disabled: every client must AUTH
 	// as one of them. default: none
 	Users []User
+	// NoFlush refuses FLUSHDB and FLUSHALL to every user, for deployments
+	// that want them impossible (config key allow-flush: no). Without it
+	// they are refused only to users without Admin. default: allowed
+	NoFlush bool
 	// MaxClients bounds concurrent connections. default: 10000 (as Redis)
 	MaxClients int
 	// MaxRequestBytes bounds one command's size on the wire; a longer one

@@ -19,13 +19,15 @@ package quorum
 //     which it holds every lock it acknowledged: 0 unless it was found
 //     without the marker, then its uptime then plus its quarantine).
 //
-//   - Clients do not see it by accident: lockproxy has no KEYS, SCAN,
-//     FLUSHDB or FLUSHALL; DBSIZE of database 15 (dbsizeArgs) and the held
-//     lock count (INFO keyspace) leave it out. It is reachable by name only
-//     (SELECT 15, then GET/DEL lockproxy:quorum-horizon), a reserved key a
-//     client must not write: a client that deletes it everywhere makes the
-//     nodes look like a new cluster until the monitor writes it again (one
-//     CheckInterval), and growing TTLs answer TRYAGAIN meanwhile.
+//   - Clients do not see it by accident: KEYS, SCAN, RANDOMKEY, FLUSHDB
+//     and FLUSHALL (keyspace.go), DBSIZE of database 15 (dbsizeArgs) and
+//     the held lock count (INFO keyspace) leave it out, and the value-type
+//     commands refuse it (HSET could lower it). It is reachable by name
+//     only (SELECT 15, then GET/DEL lockproxy:quorum-horizon), a reserved
+//     key a client must not write: a client that deletes it everywhere
+//     makes the nodes look like a new cluster until the monitor writes it
+//     again (one CheckInterval), and growing TTLs answer TRYAGAIN
+//     meanwhile.
 //
 //   - Raising: before a write with TTL d is answered OK, the marker must
 //     cover d on a majority (coverTTL; a round trip only when the longest

@@ -9,6 +9,11 @@ import (
 	"github.com/lockproxy/lockproxy/keycmd"
 )
 
+// msgMarkerReserved refuses a value-type command on the horizon marker,
+// which a client could otherwise lower (HSET) and so shorten a restarted
+// node's quarantine.
+const msgMarkerReserved = "ERR lockproxy reserves " + markerKey + " in database 15 (the quorum backend's horizon marker)"
+
 // Do implements backend.KeySpace: the command runs on every node as it
 // came, and the reply Q nodes agree on is the answer (an error reply
 // counts as a reply); otherwise TRYAGAIN. Nodes speak RESP3, so maps, sets
@@ -16,16 +21,19 @@ import (
 // back (backend.KindPairs). EXPIRETIME and PEXPIRETIME answer the median
 // of the nodes' deadlines, which differ by the nodes' receipt times.
 //
+// The commands on the key space as a whole are keyspace.go's. The horizon
+// marker is out of reach of these commands (msgMarkerReserved).
+//
 // Not yet: a write that lost the vote is not undone on the nodes that ran
-// it (an acquiring script over these types is not recognised either: the
-// watch reads strings), and the commands on the key space as a whole
-// (KEYS, SCAN, RANDOMKEY, FLUSHDB, FLUSHALL), whose nodes' answers differ
-// by nature, are refused.
+// it, and an acquiring script over these types is not recognised as one
+// (the watch reads strings): no undo, repair or validity check for it.
 func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
 	name := strings.ToLower(string(args[0]))
-	switch name {
-	case "keys", "scan", "randomkey", "flushdb", "flushall":
-		return backend.Value{}, backend.Reply(keycmd.NotServedHereMsg(name, "quorum backend"))
+	if v, err, ok := b.keyspaceCommand(ctx, db, name, args); ok {
+		return v, err
+	}
+	if db == markerDB && slices.Contains(keys, markerKey) {
+		return backend.Value{}, backend.Reply(msgMarkerReserved)
 	}
 	if c := keycmd.Lookup(args[0]); c != nil && c.Write {
 		defer b.lockKeys(keys...)()
@@ -43,12 +51,10 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	if name == "expiretime" || name == "pexpiretime" {
 		return b.medianInt(replies)
 	}
-	v, ok := b.voteOne(replies)
+	v, err := b.voteReply(replies)
 	switch {
-	case !ok:
-		return backend.Value{}, b.errNoQuorum(replies)
-	case v.Kind == backend.KindError:
-		return backend.Value{}, backend.Reply(string(v.Str))
+	case err != nil:
+		return backend.Value{}, err
 	case v.Kind == backend.KindNil && len(args) == 3 && (name == "lpop" || name == "rpop"):
 		return backend.Value{Kind: backend.KindNilArray}, nil // RESP3's null stands for RESP2's null array here
 	}
@@ -81,17 +87,18 @@ func (b *Backend) medianInt(replies []nodeReply) (backend.Value, error) {
 		}
 	}
 	if len(n) < b.q {
-		return b.voteIntValue(replies)
+		return b.voteReply(replies)
 	}
 	slices.Sort(n)
 	m := n[len(n)/2]
 	if m < 0 {
-		return b.voteIntValue(replies)
+		return b.voteReply(replies)
 	}
 	return backend.Int(m), nil
 }
 
-func (b *Backend) voteIntValue(replies []nodeReply) (backend.Value, error) {
+// voteReply is the reply Q nodes agree on, an error reply as an error.
+func (b *Backend) voteReply(replies []nodeReply) (backend.Value, error) {
 	v, ok := b.voteOne(replies)
 	switch {
 	case !ok:

@@ -37,65 +37,78 @@ func cmdKeys(c *call) (backend.Value, error) {
 
 // scanHash orders keys for SCAN: a cursor is the hash from which the next
 // page starts, so a key present for a whole iteration is returned at least
-// once however the key space changes in between.
+// once however the key space changes in between, on every backend (the
+// hash is fixed: a cursor survives a restart).
 func scanHash(key string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(key))
 	return h.Sum64()
 }
 
-// cmdScan is SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]. Each page
-// holds up to COUNT keys in hash order from the cursor, filtered by MATCH
-// and TYPE after they are picked, as Redis filters; the last page answers
-// cursor 0.
-func cmdScan(c *call) (backend.Value, error) {
-	cursor, err := strconv.ParseUint(string(c.args[1]), 10, 64)
+// Scan is one parsed SCAN cursor [MATCH pattern] [COUNT n] [TYPE type].
+type Scan struct {
+	Cursor  uint64
+	Count   int64
+	Pattern []byte // nil: every key
+	Type    string // "": every type
+}
+
+// ParseScan parses SCAN's arguments (args[0] is the name) with Redis's
+// errors.
+func ParseScan(args [][]byte) (Scan, error) {
+	cursor, err := strconv.ParseUint(string(args[1]), 10, 64)
 	if err != nil {
-		return backend.Value{}, backend.Reply(backend.MsgInvalidCursor)
+		return Scan{}, backend.Reply(backend.MsgInvalidCursor)
 	}
-	count := int64(10)
-	var pattern []byte
-	var typ string
-	for i := 2; i < len(c.args); i += 2 {
-		if i+1 >= len(c.args) {
-			return backend.Value{}, backend.Reply(backend.MsgSyntax)
+	sc := Scan{Cursor: cursor, Count: 10}
+	for i := 2; i < len(args); i += 2 {
+		if i+1 >= len(args) {
+			return Scan{}, backend.Reply(backend.MsgSyntax)
 		}
-		switch strings.ToLower(string(c.args[i])) {
+		switch strings.ToLower(string(args[i])) {
 		case "count":
-			if count, err = c.intArg(i + 1); err != nil {
-				return backend.Value{}, err
+			n, ok := backend.ParseInt(args[i+1])
+			if !ok {
+				return Scan{}, backend.Reply(backend.MsgNotInteger)
 			}
-			if count < 1 {
-				return backend.Value{}, backend.Reply(backend.MsgSyntax)
+			if n < 1 {
+				return Scan{}, backend.Reply(backend.MsgSyntax)
 			}
+			sc.Count = n
 		case "match":
-			pattern = c.args[i+1]
+			sc.Pattern = args[i+1]
 		case "type":
-			typ = strings.ToLower(string(c.args[i+1]))
+			sc.Type = strings.ToLower(string(args[i+1]))
 		default:
-			return backend.Value{}, backend.Reply(backend.MsgSyntax)
+			return Scan{}, backend.Reply(backend.MsgSyntax)
 		}
 	}
+	return sc, nil
+}
+
+// KeyType is a key and the name of its type, as SCAN pages through them.
+type KeyType struct{ Key, Type string }
+
+// Page is SCAN's reply over keys, the live keys of a database: up to
+// Count of them in hash order from the cursor (scanHash), filtered by
+// MATCH and TYPE after they are picked, as Redis filters; the last page
+// answers cursor 0.
+func (sc Scan) Page(keys []KeyType) backend.Value {
 	type cand struct {
-		h   uint64
-		key string
-		typ string
+		h uint64
+		KeyType
 	}
 	var all []cand
-	c.each(c.db, func(k string, e Entry, sp *Space) {
-		if h := scanHash(k); h >= cursor {
-			t := "string"
-			if !e.IsString() {
-				t = sp.objs[c.db][k].Type()
-			}
-			all = append(all, cand{h, k, t})
+	for _, k := range keys {
+		if h := scanHash(k.Key); h >= sc.Cursor {
+			all = append(all, cand{h, k})
 		}
-	})
-	slices.SortFunc(all, func(a, b cand) int { return cmp.Or(cmp.Compare(a.h, b.h), cmp.Compare(a.key, b.key)) })
+	}
+	slices.SortFunc(all, func(a, b cand) int { return cmp.Or(cmp.Compare(a.h, b.h), cmp.Compare(a.Key, b.Key)) })
 	page := all
 	next := uint64(0)
-	if int64(len(all)) > count {
-		page = all[:count]
+	if int64(len(all)) > sc.Count {
+		page = all[:sc.Count]
 		// Keys sharing a hash stay on one page, so the cursor skips none.
 		for len(page) < len(all) && all[len(page)].h == page[len(page)-1].h {
 			page = all[:len(page)+1]
@@ -104,13 +117,38 @@ func cmdScan(c *call) (backend.Value, error) {
 			next = all[len(page)].h
 		}
 	}
-	var keys []string
+	var out []string
 	for _, k := range page {
-		if (pattern == nil || Match(pattern, []byte(k.key))) && (typ == "" || typ == k.typ) {
-			keys = append(keys, k.key)
+		if (sc.Pattern == nil || Match(sc.Pattern, []byte(k.Key))) && (sc.Type == "" || sc.Type == k.Type) {
+			out = append(out, k.Key)
 		}
 	}
-	return backend.Array(backend.BulkString(strconv.FormatUint(next, 10)), bulks(keys)), nil
+	return backend.Array(backend.BulkString(strconv.FormatUint(next, 10)), bulks(out))
+}
+
+func cmdScan(c *call) (backend.Value, error) {
+	sc, err := ParseScan(c.args)
+	if err != nil {
+		return backend.Value{}, err
+	}
+	var keys []KeyType
+	c.each(c.db, func(k string, e Entry, sp *Space) {
+		t := "string"
+		if !e.IsString() {
+			t = sp.objs[c.db][k].Type()
+		}
+		keys = append(keys, KeyType{k, t})
+	})
+	return sc.Page(keys), nil
+}
+
+// CheckFlush checks the arguments of FLUSHDB and FLUSHALL: ASYNC or SYNC
+// at most.
+func CheckFlush(args [][]byte) error {
+	if len(args) > 2 || (len(args) == 2 && !strings.EqualFold(string(args[1]), "async") && !strings.EqualFold(string(args[1]), "sync")) {
+		return backend.Reply(backend.MsgSyntax)
+	}
+	return nil
 }
 
 func cmdRandomKey(c *call) (backend.Value, error) {
@@ -126,8 +164,8 @@ func cmdRandomKey(c *call) (backend.Value, error) {
 
 // cmdFlush is FLUSHDB and FLUSHALL, with ASYNC or SYNC (the same here).
 func cmdFlush(c *call) (backend.Value, error) {
-	if len(c.args) > 2 || (len(c.args) == 2 && !strings.EqualFold(string(c.args[1]), "async") && !strings.EqualFold(string(c.args[1]), "sync")) {
-		return backend.Value{}, backend.Reply(backend.MsgSyntax)
+	if err := CheckFlush(c.args); err != nil {
+		return backend.Value{}, err
 	}
 	dbs := []int{c.db}
 	if c.name() == "flushall" {

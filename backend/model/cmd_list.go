@@ -41,16 +41,12 @@ func cmdPush(c *call) (backend.Value, error) {
 // cmdPop is LPOP and RPOP, with an optional count (then an array, nil
 // array for an absent key).
 func cmdPop(c *call) (backend.Value, error) {
-	count, hasCount := int64(1), len(c.args) == 3
 	if len(c.args) > 3 {
 		return backend.Value{}, backend.Reply(backend.ErrWrongArgs(c.name()))
 	}
-	if hasCount {
-		n, ok := backend.ParseInt(c.args[2])
-		if !ok || n < 0 {
-			return backend.Value{}, backend.Reply(backend.MsgNotPositive)
-		}
-		count = n
+	count, hasCount, err := c.countArg()
+	if err != nil {
+		return backend.Value{}, err
 	}
 	key := c.key(1)
 	l, ok, err := lookup[*List](c, key)
@@ -83,21 +79,40 @@ func cmdPop(c *call) (backend.Value, error) {
 }
 
 // cmdLIndex looks the key up before it parses the index, as Redis does.
+// countArg is the optional count of LPOP, RPOP, ZPOPMIN and ZPOPMAX
+// (argument 2): 1 when absent.
+func (c *call) countArg() (count int64, given bool, err error) {
+	if len(c.args) < 3 {
+		return 1, false, nil
+	}
+	n, ok := backend.ParseInt(c.args[2])
+	if !ok || n < 0 {
+		return 0, true, backend.Reply(backend.MsgNotPositive)
+	}
+	return n, true, nil
+}
+
+// index parses argument 2, a list index (negative: from the end), after
+// the key was looked up, as Redis does; ok is false when it lies outside
+// a list of n.
+func (c *call) index(n int64) (i int64, ok bool, err error) {
+	if i, err = c.intArg(2); err != nil {
+		return 0, false, err
+	}
+	if i < 0 {
+		i += n
+	}
+	return i, i >= 0 && i < n, nil
+}
+
 func cmdLIndex(c *call) (backend.Value, error) {
 	l, ok, err := lookup[*List](c, c.key(1))
 	if err != nil || !ok {
 		return backend.NilValue, err
 	}
-	i, err := c.intArg(2)
-	if err != nil {
-		return backend.Value{}, err
-	}
-	n := int64(len(l.items))
-	if i < 0 {
-		i += n
-	}
-	if i < 0 || i >= n {
-		return backend.NilValue, nil
+	i, in, err := c.index(int64(len(l.items)))
+	if err != nil || !in {
+		return backend.NilValue, err
 	}
 	return backend.BulkString(l.items[i]), nil
 }
@@ -216,15 +231,11 @@ func cmdLSet(c *call) (backend.Value, error) {
 	case !ok:
 		return backend.Value{}, backend.Reply(backend.MsgNoSuchKey)
 	}
-	i, err := c.intArg(2)
-	if err != nil {
+	i, in, err := c.index(int64(len(l.items)))
+	switch {
+	case err != nil:
 		return backend.Value{}, err
-	}
-	n := int64(len(l.items))
-	if i < 0 {
-		i += n
-	}
-	if i < 0 || i >= n {
+	case !in:
 		return backend.Value{}, backend.Reply(backend.MsgIndexOutOfRange)
 	}
 	l.items[i] = string(c.args[3])

@@ -507,13 +507,9 @@ func cmdZPop(c *call) (backend.Value, error) {
 	if len(c.args) > 3 {
 		return backend.Value{}, backend.Reply(backend.MsgSyntax)
 	}
-	count, hasCount := int64(1), len(c.args) == 3
-	if hasCount {
-		n, ok := backend.ParseInt(c.args[2])
-		if !ok || n < 0 {
-			return backend.Value{}, backend.Reply(backend.MsgNotPositive)
-		}
-		count = n
+	count, hasCount, err := c.countArg()
+	if err != nil {
+		return backend.Value{}, err
 	}
 	key := c.key(1)
 	z, ok, err := lookup[*ZSet](c, key)

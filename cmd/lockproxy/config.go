@@ -33,6 +33,7 @@ type Config struct {
 	RequirePass      string   `yaml:"requirepass"`
 	Users            userList `yaml:"users"`
 	ProtectedMode    bool     `yaml:"protected-mode"`
+	AllowFlush       bool     `yaml:"allow-flush"`
 	LogLevel         string   `yaml:"log-level"`
 	LogFormat        string   `yaml:"log-format"`
 	MaxClients       int      `yaml:"max-clients"`
@@ -59,7 +60,7 @@ func defaults() Config {
 	return Config{
 		Listen: "127.0.0.1:6380", Backend: "memory", PostgresStrategy: "advisory", PostgresSchema: "lockproxy",
 		PostgresRowDelay: "200ms",
-		AdminListen:      "127.0.0.1:9121", ProtectedMode: true, LogLevel: "info", LogFormat: "text",
+		AdminListen:      "127.0.0.1:9121", ProtectedMode: true, AllowFlush: true, LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
 		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms", IdleTimeout: "0s",
 		MigrateTimeout: "50ms", DataPath: "loops",

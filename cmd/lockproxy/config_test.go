@@ -216,12 +216,12 @@ func TestBadEnvAndFlagValues(t *testing.T) {
 func TestUsersForms(t *testing.T) {
 	sum := "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8" // sha256("password")
 	file := filepath.Join(t.TempDir(), "c.yaml")
-	os.WriteFile(file, []byte("users:\n  - name: app\n    password: s3cret\n  - name: ops\n    sha256: "+sum+"\n"), 0o600)
-	want := userList{{Name: "app", Password: "s3cret"}, {Name: "ops", SHA256: sum}}
+	os.WriteFile(file, []byte("users:\n  - name: app\n    password: s3cret\n  - name: ops\n    sha256: "+sum+"\n    admin: true\n"), 0o600)
+	want := userList{{Name: "app", Password: "s3cret"}, {Name: "ops", SHA256: sum, Admin: true}}
 	for name, args := range map[string]struct{ args, env []string }{
 		"yaml": {args: []string{"--config", file}},
-		"flag": {args: []string{"--users", "app>s3cret, ops#" + sum}},
-		"env":  {env: []string{"LOCKPROXY_USERS=app>s3cret,ops#" + sum}},
+		"flag": {args: []string{"--users", "app>s3cret, ops#" + sum + " +admin"}},
+		"env":  {env: []string{"LOCKPROXY_USERS=app>s3cret,ops#" + sum + " +admin"}},
 	} {
 		cfg, _, err := load(args.args, args.env, io.Discard)
 		if err != nil || !reflect.DeepEqual(cfg.Users, want) {
@@ -239,8 +239,8 @@ func TestUsersForms(t *testing.T) {
 		t.Errorf("--users app: validate() = %q; want the missing password named", probs)
 	}
 	pu := want.proxyUsers()
-	if len(pu) != 2 || pu[0].PasswordSHA256 != sha256.Sum256([]byte("s3cret")) || hex.EncodeToString(pu[1].PasswordSHA256[:]) != sum {
-		t.Errorf("proxyUsers() = %x", pu)
+	if len(pu) != 2 || pu[0].PasswordSHA256 != sha256.Sum256([]byte("s3cret")) || hex.EncodeToString(pu[1].PasswordSHA256[:]) != sum || pu[0].Admin || !pu[1].Admin {
+		t.Errorf("proxyUsers() = %+v", pu)
 	}
 }
 

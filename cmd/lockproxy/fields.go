@@ -88,6 +88,7 @@ func fields(c *Config) []field {
 		str("requirepass", "password clients must AUTH with", &c.RequirePass),
 		usersField(c),
 		boolean("protected-mode", "refuse to listen beyond loopback without a password", &c.ProtectedMode),
+		boolean("allow-flush", "serve FLUSHDB and FLUSHALL to admin users (no: to nobody)", &c.AllowFlush),
 		str("log-level", "debug, info, warn or error", &c.LogLevel),
 		str("log-format", "text or json", &c.LogFormat),
 		integer("max-clients", "maximum concurrent clients", &c.MaxClients),

@@ -129,7 +129,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		reg.MustRegister(c)
 	}
 	srv := proxy.New(proxy.Config{
-		RequirePass: cfg.RequirePass, Users: cfg.Users.proxyUsers(), MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
+		RequirePass: cfg.RequirePass, Users: cfg.Users.proxyUsers(), NoFlush: !cfg.AllowFlush, MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, Passthrough: up, BackendName: cfg.Backend, Logger: log, Registerer: reg,
 		DataPath: cfg.dataPath(),
 	}, b)

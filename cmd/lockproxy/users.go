@@ -19,11 +19,13 @@ type userEntry struct {
 	Name     string `yaml:"name"`
 	Password string `yaml:"password"`
 	SHA256   string `yaml:"sha256"`
+	Admin    bool   `yaml:"admin"`
 }
 
 // userList is the users key. In YAML it is a list of {name, password} or
 // {name, sha256}; as a flag or environment variable it is comma-separated
-// entries in Redis's ACL notation: name>password or name#sha256hex.
+// entries in Redis's ACL notation: name>password or name#sha256hex, with
+// " +admin" at the end for an admin.
 type userList []userEntry
 
 func (l *userList) UnmarshalYAML(n *yaml.Node) error {
@@ -46,14 +48,18 @@ func (l *userList) set(v string) error {
 		if e = strings.TrimSpace(e); e == "" {
 			continue
 		}
+		admin := false
+		if rest, ok := strings.CutSuffix(e, " +admin"); ok {
+			e, admin = strings.TrimSpace(rest), true
+		}
 		i := strings.IndexAny(e, ">#")
 		switch {
 		case i < 0:
-			*l = append(*l, userEntry{Name: e})
+			*l = append(*l, userEntry{Name: e, Admin: admin})
 		case e[i] == '>':
-			*l = append(*l, userEntry{Name: e[:i], Password: e[i+1:]})
+			*l = append(*l, userEntry{Name: e[:i], Password: e[i+1:], Admin: admin})
 		default:
-			*l = append(*l, userEntry{Name: e[:i], SHA256: e[i+1:]})
+			*l = append(*l, userEntry{Name: e[:i], SHA256: e[i+1:], Admin: admin})
 		}
 	}
 	return nil
@@ -74,7 +80,7 @@ func (l userList) names() []string {
 }
 
 func usersField(c *Config) field {
-	return field{name: "users", usage: "named users, comma-separated name>password or name#sha256hex (passwords with commas: use the config file)",
+	return field{name: "users", usage: "named users, comma-separated name>password or name#sha256hex, \" +admin\" for an admin (passwords with commas: use the config file)",
 		get: func() string { return c.Users.String() }, set: c.Users.set, example: "app>s3cret", yaml: c.Users.UnmarshalYAML}
 }
 
@@ -111,7 +117,7 @@ func (l userList) validate(add func(key, problem, fix string)) {
 func (l userList) proxyUsers() []proxy.User {
 	var out []proxy.User
 	for _, u := range l {
-		pu := proxy.User{Name: u.Name}
+		pu := proxy.User{Name: u.Name, Admin: u.Admin}
 		if u.SHA256 != "" {
 			b, _ := hex.DecodeString(u.SHA256)
 			copy(pu.PasswordSHA256[:], b)
