@@ -21,7 +21,8 @@ const msgMarkerReserved = "ERR lockproxy reserves " + markerKey + " in database 
 // back (backend.KindPairs). EXPIRETIME and PEXPIRETIME answer the median
 // of the nodes' deadlines, which differ by the nodes' receipt times.
 //
-// The commands on the key space as a whole are keyspace.go's. The horizon
+// Counters are counter.go's, the commands on the key space as a whole
+// keyspace.go's. The horizon
 // marker is out of reach of these commands (msgMarkerReserved).
 //
 // Not yet: a write that lost the vote is not undone on the nodes that ran
@@ -34,6 +35,10 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	}
 	if db == markerDB && slices.Contains(keys, markerKey) {
 		return backend.Value{}, backend.Reply(msgMarkerReserved)
+	}
+	switch name {
+	case "incr", "decr", "incrby", "decrby":
+		return b.counter(ctx, db, keys[0], name, args)
 	}
 	if c := keycmd.Lookup(args[0]); c != nil && c.Write {
 		defer b.lockKeys(keys...)()
