@@ -3,13 +3,18 @@ package tests
 import (
 	"os"
 	"os/exec"
+	"path"
 	"testing"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 )
 
 // TestNodeClients drives node redlock 4.2.0 and 5.0.0-beta.2 and
-// redis-semaphore's Mutex, each on ioredis 5 and 6, through tests/node/run.js.
+// redis-semaphore 5.8.0's Mutex, Semaphore (semaphore-n) and
+// MultiSemaphore, each on ioredis 5 and 6, through tests/node/run.js. The
+// target's name goes to run.js: where a target serves string values only
+// (postgres, migrating), the semaphores' sorted-set scripts must be refused
+// with lockproxy's error, and leave nothing behind.
 func TestNodeClients(t *testing.T) {
 	t.Parallel()
 	node := testsrv.Need(t, "node")
@@ -20,11 +25,12 @@ func TestNodeClients(t *testing.T) {
 		t.Skip("tests/node/node_modules is missing: run npm ci in tests/node (./test.sh does)")
 	}
 	clientTargets(t, func(t *testing.T, addr string) {
-		for _, lib := range []string{"redlock4", "redlock5", "semaphore"} {
+		target := path.Base(t.Name())
+		for _, lib := range []string{"redlock4", "redlock5", "semaphore", "semaphore-n", "multisemaphore"} {
 			for _, io := range []string{"ioredis5", "ioredis6"} {
 				t.Run(lib+"/"+io, func(t *testing.T) {
 					t.Parallel() // each combination has keys of its own; redlock5 mostly waits in using()
-					out, err := exec.CommandContext(t.Context(), node, "node/run.js", addr, lib, io).CombinedOutput()
+					out, err := exec.CommandContext(t.Context(), node, "node/run.js", addr, lib, io, target).CombinedOutput()
 					if err != nil {
 						t.Fatalf("%v\n%s", err, out)
 					}

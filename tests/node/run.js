@@ -1,11 +1,14 @@
 'use strict';
 // Drives one node lock library on one ioredis major against the address in
-// argv[2]: node run.js HOST:PORT LIBRARY IOREDIS, where LIBRARY is redlock4,
-// redlock5 or semaphore and IOREDIS is ioredis5 or ioredis6. Exits non-zero
-// with the failure on stderr.
+// argv[2]: node run.js HOST:PORT LIBRARY IOREDIS [TARGET], where LIBRARY is
+// redlock4, redlock5, semaphore (redis-semaphore's Mutex), semaphore-n
+// (its Semaphore) or multisemaphore (its MultiSemaphore), IOREDIS is
+// ioredis5 or ioredis6, and TARGET names what listens there (clientTargets'
+// subtest: redis, lockproxy, migrating, quorum3, pg-advisory, pg-lease).
+// Exits non-zero with the failure on stderr.
 const assert = require('node:assert/strict');
 
-const [, , addr, lib, ioredisName] = process.argv;
+const [, , addr, lib, ioredisName, target = ''] = process.argv;
 const i = addr.lastIndexOf(':');
 const host = addr.slice(0, i);
 const port = Number(addr.slice(i + 1));
@@ -33,7 +36,34 @@ async function counter(workers, iter, lock) {
     }),
   );
   assert.equal(count, workers * iter, 'two workers held the lock at once');
-  return count;
+  return `counter ${count}`;
+}
+
+// permitCounter has workers take `permits` permits of a semaphore of
+// `limit` in a loop, and counts here the permits held at once: a worker
+// counts its permits once acquire resolved and uncounts them before it
+// sends the release, so the count never exceeds what the server granted.
+// It must stay within limit, and reach the most that whole acquisitions
+// can fill, or the check could not fail.
+async function permitCounter(workers, iter, limit, permits, acquire) {
+  const ceiling = Math.floor(limit / permits) * permits;
+  let held = 0;
+  let peak = 0;
+  await Promise.all(
+    Array.from({ length: workers }, async (_, w) => {
+      for (let j = 0; j < iter; j++) {
+        const release = await acquire(w);
+        held += permits;
+        peak = Math.max(peak, held);
+        assert.ok(held <= limit, `${held} permits held at once; the limit is ${limit}`);
+        await sleep(2); // a holder's work: lets the other workers contend
+        held -= permits;
+        await release();
+      }
+    }),
+  );
+  assert.equal(peak, ceiling, `at most ${peak} permits were held at once; want ${ceiling}`);
+  return `${workers * iter} acquisitions of ${permits} of ${limit} permits, at most ${peak} held`;
 }
 
 async function redlock4(c) {
@@ -109,14 +139,15 @@ async function semaphore(c) {
   assert.equal(await other.tryAcquire(), true, 'a released mutex could not be acquired');
   await other.release();
 
-  // The refresh loop (expireIfEqualLua) keeps a short lock alive past its timeout.
+  // The refresh loop (expireIfEqualLua) keeps a short lock alive past its
+  // timeout (with wide margins: a loaded machine delays timers).
   const lost = [];
-  const kept = new Mutex(c, `${prefix}:refresh`, { lockTimeout: 400, refreshInterval: 100, onLockLost: (e) => lost.push(e) });
+  const kept = new Mutex(c, `${prefix}:refresh`, { lockTimeout: 1000, refreshInterval: 100, onLockLost: (e) => lost.push(e) });
   await kept.acquire();
-  await sleep(1000);
+  await sleep(1500);
   assert.deepEqual(lost, [], 'the refreshed mutex was lost');
   const left = await c.pttl(`mutex:${prefix}:refresh`); // redis-semaphore prefixes its keys
-  assert.ok(left > 0 && left <= 400, `PTTL of a refreshed mutex = ${left}`);
+  assert.ok(left > 0 && left <= 1000, `PTTL of a refreshed mutex = ${left}`);
   await kept.release();
   assert.equal(await c.exists(`mutex:${prefix}:refresh`), 0);
 
@@ -127,11 +158,193 @@ async function semaphore(c) {
   });
 }
 
+// Targets that serve string values only for now, and so refuse the
+// sorted-set scripts of Semaphore and MultiSemaphore (README, Compatibility).
+const stringsOnly = new Set(['migrating', 'pg-advisory', 'pg-lease']);
+
+// refused checks the refusal on a target that serves string values only:
+// the library's acquire fails at once with lockproxy's error for the
+// script's first sorted-set call (zremrangebyscore, at line `line` of the
+// script's text), not with a timeout, and leaves no key behind; the
+// Semaphore's release, a top-level ZREM, is refused too.
+async function refused(c, sem, key, line) {
+  const script = new RegExp(
+    "^ERR lockproxy's backend serves string values only: 'zremrangebyscore' is not supported yet " +
+      `script: [0-9a-f]{40}, on @user_script:${line}\\.$`,
+  );
+  const refusal = (e) => {
+    assert.match(e.message, script);
+    return true;
+  };
+  await assert.rejects(sem.acquire(), refusal, 'acquire was not refused');
+  await assert.rejects(sem.tryAcquire(), refusal, 'tryAcquire was not refused');
+  assert.equal(sem.isAcquired, false);
+  await sem.release(); // nothing to release: sends nothing
+  assert.equal(await c.exists(key), 0, 'a refused acquire left the key');
+  const where = target === 'migrating' ? 'migrating proxy' : 'postgres backend';
+  await assert.rejects(c.zrem(key, sem.identifier), (e) => {
+    assert.equal(e.message, `ERR lockproxy's ${where} serves string values only: 'zrem' is not supported yet`);
+    return true;
+  });
+  assert.equal(await c.exists(key), 0);
+  return 'refused, as this target serves string values only';
+}
+
+// refreshLoop checks the refresh loop of a holder made by keep(options),
+// which takes every permit of the semaphore at rkey but one: it keeps its
+// permits (its members, listed by members) alive well past their
+// lockTimeout, while the last permit, taken by a holder made by
+// one(options) that does not refresh, lapses and goes to the next acquire,
+// whose script reclaims it. The margins are wide because a loaded machine
+// delays timers; the lapse itself is certain, as the wait is longer than
+// lockTimeout.
+async function refreshLoop(c, rkey, keep, one, members) {
+  const lockTimeout = 1000;
+  const lost = [];
+  const kept = keep({ lockTimeout, refreshInterval: 100, onLockLost: (e) => lost.push(e) });
+  await kept.acquire();
+  const since = Date.now();
+  const once = { lockTimeout, refreshInterval: 0, acquireAttemptsLimit: 1 };
+  const stale = one(once);
+  assert.equal(await stale.tryAcquire(), true, 'the last permit could not be taken');
+  assert.equal(await one(once).tryAcquire(), false, 'a full semaphore granted a permit');
+  await sleep(lockTimeout + 500);
+  assert.deepEqual(lost, [], 'the refreshed permits were lost');
+  const next = one(once);
+  assert.equal(await next.tryAcquire(), true, 'a lapsed permit was not reclaimed');
+  const ids = members(kept);
+  assert.deepEqual((await c.zrange(rkey, 0, -1)).sort(), [...ids, next.identifier].sort());
+  for (const score of await c.zmscore(rkey, ...ids)) {
+    assert.ok(Number(score) >= since, `the refresh loop did not move the score: ${score} < ${since}`);
+  }
+  const ttl = await c.pttl(rkey);
+  assert.ok(ttl > 0 && ttl <= lockTimeout, `PTTL of a refreshed semaphore = ${ttl}`);
+  await kept.release();
+  await next.release();
+  await stale.release(); // its member is gone: ZREM removes nothing
+  assert.equal(await c.exists(rkey), 0, 'releasing every permit left the key');
+}
+
+// semaphoreN drives redis-semaphore's Semaphore (a sorted set of holders
+// scored by acquisition time, behind the key semaphore:NAME).
+async function semaphoreN(c) {
+  const { Semaphore, TimeoutError } = require('redis-semaphore');
+  const name = `${prefix}:a`;
+  const key = `semaphore:${name}`;
+  const opts = { lockTimeout: 5000, acquireTimeout: 1000, retryInterval: 5, refreshInterval: 0 };
+  if (stringsOnly.has(target)) {
+    return refused(c, new Semaphore(c, name, 3, opts), key, 9);
+  }
+  const held = [];
+  for (let i = 0; i < 3; i++) {
+    const s = new Semaphore(c, name, 3, opts);
+    await s.acquire();
+    held.push(s);
+  }
+  assert.equal(await c.zcard(key), 3);
+  let ttl = await c.pttl(key);
+  assert.ok(ttl > 0 && ttl <= 5000, `PTTL of a semaphore = ${ttl}`);
+  const fourth = new Semaphore(c, name, 3, { ...opts, acquireAttemptsLimit: 1 });
+  assert.equal(await fourth.tryAcquire(), false, 'a fourth permit of three was granted');
+  await assert.rejects(new Semaphore(c, name, 3, { ...opts, acquireTimeout: 100 }).acquire(), TimeoutError);
+  await held[0].release();
+  assert.equal(await c.zscore(key, held[0].identifier), null, 'release left its member');
+  assert.equal(await fourth.tryAcquire(), true, 'a released permit could not be taken');
+  held[0] = fourth;
+
+  // Refresh on demand: acquiredExternally with a holder's identifier runs
+  // the refresh script, here with a longer lockTimeout; a stranger's fails.
+  const ext = new Semaphore(c, name, 3, { identifier: held[1].identifier, acquiredExternally: true, lockTimeout: 8000, refreshInterval: 0 });
+  assert.equal(await ext.tryAcquire(), true, "a holder's refresh failed");
+  ttl = await c.pttl(key);
+  assert.ok(ttl > 5000 && ttl <= 8000, `PTTL after a refresh = ${ttl}`);
+  const stranger = new Semaphore(c, name, 3, { identifier: 'not-a-holder', acquiredExternally: true, refreshInterval: 0 });
+  assert.equal(await stranger.tryAcquire(), false, "a stranger's refresh succeeded");
+  assert.equal(await c.zcard(key), 3);
+  for (const s of held) await s.release();
+  assert.equal(await c.exists(key), 0, 'releasing every permit left the key');
+
+  await refreshLoop(
+    c,
+    `semaphore:${prefix}:refresh`,
+    (o) => new Semaphore(c, `${prefix}:refresh`, 2, o),
+    (o) => new Semaphore(c, `${prefix}:refresh`, 2, o),
+    (kept) => [kept.identifier],
+  );
+
+  const summary = await permitCounter(8, 20, 3, 1, async () => {
+    const s = new Semaphore(c, `${prefix}:counter`, 3, { lockTimeout: 10000, acquireTimeout: 60000, retryInterval: 2, refreshInterval: 0 });
+    await s.acquire();
+    return () => s.release();
+  });
+  assert.equal(await c.exists(`semaphore:${prefix}:counter`), 0);
+  return summary;
+}
+
+// multiSemaphore drives redis-semaphore's MultiSemaphore, which takes
+// several permits (members ID_0 … ID_{n-1}) at once, and shares its key
+// space with Semaphore.
+async function multiSemaphore(c) {
+  const { MultiSemaphore, Semaphore } = require('redis-semaphore');
+  const name = `${prefix}:a`;
+  const key = `semaphore:${name}`;
+  const opts = { lockTimeout: 5000, acquireTimeout: 1000, retryInterval: 5, refreshInterval: 0 };
+  const once = { ...opts, acquireAttemptsLimit: 1 };
+  if (stringsOnly.has(target)) {
+    return refused(c, new MultiSemaphore(c, name, 5, 3, opts), key, 11);
+  }
+  const three = new MultiSemaphore(c, name, 5, 3, opts);
+  await three.acquire();
+  assert.deepEqual(await c.zrange(key, 0, -1), [0, 1, 2].map((i) => `${three.identifier}_${i}`));
+  const again = new MultiSemaphore(c, name, 5, 3, once);
+  assert.equal(await again.tryAcquire(), false, '3 + 3 permits of 5 were granted');
+  const two = new MultiSemaphore(c, name, 5, 2, once);
+  assert.equal(await two.tryAcquire(), true, '3 + 2 permits of 5 were refused');
+  const one = new Semaphore(c, name, 5, once);
+  assert.equal(await one.tryAcquire(), false, 'a sixth permit of 5 was granted');
+  assert.equal(await c.zcard(key), 5);
+
+  const ext = new MultiSemaphore(c, name, 5, 3, { identifier: three.identifier, acquiredExternally: true, lockTimeout: 8000, refreshInterval: 0 });
+  assert.equal(await ext.tryAcquire(), true, "a holder's refresh failed");
+  let ttl = await c.pttl(key);
+  assert.ok(ttl > 5000 && ttl <= 8000, `PTTL after a refresh = ${ttl}`);
+  await three.release();
+  assert.equal(await c.zcard(key), 2, 'release did not free three permits');
+  assert.equal(await again.tryAcquire(), true, 'released permits could not be taken');
+  await again.release();
+  await two.release();
+  assert.equal(await c.exists(key), 0, 'releasing every permit left the key');
+
+  await refreshLoop(
+    c,
+    `semaphore:${prefix}:refresh`,
+    (o) => new MultiSemaphore(c, `${prefix}:refresh`, 3, 2, o),
+    (o) => new Semaphore(c, `${prefix}:refresh`, 3, o),
+    (kept) => [`${kept.identifier}_0`, `${kept.identifier}_1`],
+  );
+
+  const summary = await permitCounter(8, 20, 7, 2, async () => {
+    const s = new MultiSemaphore(c, `${prefix}:counter`, 7, 2, { lockTimeout: 10000, acquireTimeout: 60000, retryInterval: 2, refreshInterval: 0 });
+    await s.acquire();
+    return () => s.release();
+  });
+  assert.equal(await c.exists(`semaphore:${prefix}:counter`), 0);
+  return summary;
+}
+
+const libraries = { redlock4, redlock5, semaphore, 'semaphore-n': semaphoreN, multisemaphore: multiSemaphore };
+
+// A library that hangs fails here rather than at go test's timeout.
+setTimeout(() => {
+  console.error(`FAIL ${lib} on ${ioredisName}: no result after 60s`);
+  process.exit(1);
+}, 60000).unref();
+
 (async () => {
   const c = client();
   try {
-    const n = await { redlock4, redlock5, semaphore }[lib](c);
-    console.log(`OK ${lib} on ${ioredisName}: counter ${n}`);
+    const summary = await libraries[lib](c);
+    console.log(`OK ${lib} on ${ioredisName}: ${summary}`);
   } finally {
     c.disconnect();
   }
