@@ -2,9 +2,9 @@
 # test.sh runs lockproxy's whole test suite on a Debian machine with Go.
 # It installs what the tests need when it is missing (redis-server,
 # redis-cli/redis-benchmark, python3-redis, node and the node client
-# libraries from tests/node/package-lock.json, PostgreSQL's server
-# binaries), then vets and runs every test
-# with the race detector. The tests start their own servers on free
+# libraries from tests/node/package-lock.json, PHP with phpredis, predis
+# and Symfony Lock, PostgreSQL's server binaries), then vets and runs
+# every test with the race detector. The tests start their own servers on free
 # loopback ports; a Redis or PostgreSQL already running is left alone.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -14,6 +14,11 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null || missing+=(redis-tools)
 /usr/bin/python3 -c 'import redis' 2>/dev/null || missing+=(python3-redis)
 { command -v node && command -v npm; } >/dev/null || missing+=(nodejs npm)
+# Symfony Lock's RedisStore on phpredis and predis (tests/php/run.php).
+command -v php >/dev/null || missing+=(php-cli)
+php -r 'exit(extension_loaded("redis") ? 0 : 1);' 2>/dev/null || missing+=(php-redis)
+[ -f /usr/share/php/Predis/autoload.php ] || missing+=(php-predis)
+[ -f /usr/share/php/Symfony/Component/Lock/Store/RedisStore.php ] || missing+=(php-symfony-lock)
 # PostgreSQL's server binaries (initdb, postgres): the tests start a
 # throwaway cluster of their own, or use LOCKPROXY_TEST_PG_DSN.
 if [ -z "${LOCKPROXY_TEST_PG_DSN:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
