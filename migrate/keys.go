@@ -239,8 +239,24 @@ func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
 }
 
 // Do implements backend.KeySpace: a migrating proxy serves string values
-// only, for now. Taking a hash or a sorted set in both the legacy Redis
-// and the inner backend, with an undo of one side, is the next step.
-func (b *Backend) Do(_ context.Context, _ int, _ []string, args [][]byte) (backend.Value, error) {
-	return backend.Value{}, backend.Reply(keycmd.NotServedHereMsg(strings.ToLower(string(args[0])), "migrating proxy"))
+// only, for now, and of the commands handed over whole only TYPE, a read
+// answered as Get is (the inner backend's type, else the legacy Redis's).
+// Taking a counter, a hash or a sorted set in both the legacy Redis and the
+// inner backend, with an undo of one side, is the next step.
+func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
+	name := strings.ToLower(string(args[0]))
+	if name != "type" {
+		return backend.Value{}, backend.Reply(keycmd.NotServedHereMsg(name, "migrating proxy"))
+	}
+	v, err := b.inner.Do(ctx, db, keys, args)
+	if err != nil || string(v.Str) != "none" {
+		return v, err
+	}
+	lctx, cancel := b.legacyCtx(ctx)
+	defer cancel()
+	t, err := b.client(db).Type(lctx, keys[0]).Result()
+	if err != nil {
+		return backend.Value{}, b.failed(err)
+	}
+	return backend.Status(t), nil
 }

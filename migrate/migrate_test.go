@@ -380,3 +380,21 @@ func TestMigrateTLS(t *testing.T) {
 		t.Errorf("legacy GET k = %q, %v; want tok", v, err)
 	}
 }
+
+// TestMigrateType: TYPE answers as GET reads, from the inner backend, else
+// from the legacy Redis (where a direct client's hash may live); the
+// other typed commands are refused with an error that says so.
+func TestMigrateType(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	r.c.Set(ctx, "both", "tok", 0)
+	r.legacy.HSet(ctx, "direct", "f", "v")
+	for key, want := range map[string]string{"both": "string", "direct": "hash", "none": "none"} {
+		if got, err := r.c.Type(ctx, key).Result(); err != nil || got != want {
+			t.Errorf("TYPE %s = %q, %v; want %s", key, got, err, want)
+		}
+	}
+	if err := r.c.HSet(ctx, "h", "f", "v").Err(); err == nil || err.Error() != "ERR lockproxy's migrating proxy serves string values only: 'hset' is not supported yet" {
+		t.Errorf("HSET while migrating: %v", err)
+	}
+}
