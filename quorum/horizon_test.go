@@ -143,10 +143,22 @@ func TestNewClusterNotQuarantined(t *testing.T) {
 	if res, err := b.Set(ctx, 0, "k", []byte("A"), acq(time.Minute)); err != nil || !res.Written {
 		t.Fatalf("acquire = %+v, %v", res, err)
 	}
-	for _, n := range nodes {
-		ttl, err := markerClient(t, n.Addr).HGet(ctx, markerKey, "ttl_ms").Int64()
-		if err != nil || ttl < 60000 {
-			t.Errorf("node %s: marker ttl_ms = %d, %v; want 60000 before the acquire's OK", n.Addr, ttl, err)
+	// Before the OK, the marker covers the TTL on a majority (the rule:
+	// coverTTL); the third node's raise may still be on its way.
+	covered := func() (n int) {
+		for _, node := range nodes {
+			if ttl, err := markerClient(t, node.Addr).HGet(ctx, markerKey, "ttl_ms").Int64(); err == nil && ttl >= 60000 {
+				n++
+			}
+		}
+		return n
+	}
+	if n := covered(); n < 2 {
+		t.Errorf("the marker covers the acquire's TTL on %d nodes at its OK; want a majority", n)
+	}
+	for deadline := time.Now().Add(10 * time.Second); covered() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the marker never reached the third node")
 		}
 	}
 	if n, err := b.DBSize(ctx, markerDB); n != 0 || err != nil {
