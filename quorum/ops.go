@@ -188,7 +188,9 @@ func lateWrote(granted bool, vals []backend.Value, err error, plain bool) bool {
 // hears of it). Nodes that refused are never touched: the key they hold
 // is someone else's lock, whatever its value.
 func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl time.Duration, replies []nodeReply, elapsed time.Duration) (_ backend.SetResult, _ error, undo []bool) {
-	if err, ok := b.voteError(replies); ok {
+	// Only SET … GET, IFEQ and IFNE can meet WRONGTYPE (a SET NX never
+	// does), so the lock path's acquires skip this pass over the replies.
+	if err, ok := b.setError(o, replies); ok {
 		// WRONGTYPE (SET … GET on a hash): Q nodes refused the command,
 		// in a script's words when SET ran as one (setRequest): the
 		// client sent a SET.
@@ -421,6 +423,14 @@ func (b *Backend) voteValue(vals []backend.Value, ok []bool) (backend.Value, boo
 		}
 	}
 	return backend.Value{}, false
+}
+
+// setError is voteError for a SET whose form can meet WRONGTYPE.
+func (b *Backend) setError(o backend.SetOptions, replies []nodeReply) (error, bool) {
+	if !o.Get && o.Cond != backend.IfEqual && o.Cond != backend.IfNotEqual {
+		return nil, false
+	}
+	return b.voteError(replies)
 }
 
 // voteError returns the error reply Q nodes agree on, if they do.

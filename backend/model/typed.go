@@ -21,6 +21,7 @@ type call struct {
 	v    *View
 	db   int
 	args [][]byte
+	cmd  string // args[0] in lower case
 }
 
 type handler func(c *call) (backend.Value, error)
@@ -60,11 +61,12 @@ func (v *View) Do(_ context.Context, db int, keys []string, args [][]byte) (back
 	if err := v.admit(db, keys...); err != nil {
 		return backend.Value{}, err
 	}
-	h := handlers[lower(args[0])]
+	name := lower(args[0])
+	h := handlers[name]
 	if h == nil {
 		return backend.Value{}, backend.Reply(backend.ErrUnknownCommand(string(args[0]), args[1:]))
 	}
-	return h(&call{v: v, db: db, args: args})
+	return h(&call{v: v, db: db, args: args, cmd: name})
 }
 
 // lower returns b in lower-case ASCII as a string.
@@ -80,7 +82,7 @@ func lower(b []byte) string {
 }
 
 // name is the command's lower-case name.
-func (c *call) name() string { return lower(c.args[0]) }
+func (c *call) name() string { return c.cmd }
 
 func (c *call) key(i int) string { return string(c.args[i]) }
 
