@@ -85,6 +85,19 @@ func BeyondStrings(name string) bool {
 	return c != nil && c.typed && !stringCommands[name]
 }
 
+// WholeKeySpace reports whether name (lower case) reads or changes the
+// key space as a whole: KEYS, SCAN, RANDOMKEY, FLUSHDB, FLUSHALL.
+func WholeKeySpace(name string) bool {
+	c := Lookup([]byte(name))
+	return c != nil && c.typed && c.keys == noKeys
+}
+
+// NotWholeMsg is the refusal of a backend that serves commands key by key
+// only (where: "postgres backend") to a command on the whole key space.
+func NotWholeMsg(name, where string) string {
+	return "ERR lockproxy's " + where + " serves commands on named keys only: '" + name + "' is not supported yet"
+}
+
 // NotInScripts reports whether name (lower case) is a command lockproxy
 // does not run from scripts, on any backend: FLUSHDB and FLUSHALL, which
 // the proxy grants to admin users only and which on quorum's nodes would

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/model"
 	"github.com/lockproxy/lockproxy/luascripts"
 )
 
@@ -315,7 +316,7 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 	}
 	for k := range t.fenced {
 		// Nothing is written when a fenced key would change.
-		if f, s := t.states[k], after[k]; s.present != f.present || !bytes.Equal(s.token, f.token) || s.deadline != f.deadline {
+		if f, s := t.states[k], after[k]; !s.same(f) {
 			t.rollback()
 			return fencedError(k, f.deadline)
 		}
@@ -350,9 +351,9 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 			// Not over a fence that appeared since prepare read the row. A
 			// deferred lease that changes gets its row now.
 			q = t.a.rowQuery(k, e, s)
-		case !bytes.Equal(s.token, e.token) || s.deadline != e.deadline:
-			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, deadline_ms = $4 WHERE db = $1 AND key = $2`,
-				args: []any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline)}}
+		case !s.same(e.state):
+			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, kind = $5, deadline_ms = $4 WHERE db = $1 AND key = $2`,
+				args: []any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline), int16(s.kind)}}
 		default:
 			continue
 		}
@@ -427,7 +428,7 @@ func (a *advisory) evalFast(ctx context.Context, sc backend.Script, keys []dbKey
 	defer st.mu.Unlock()
 	e := st.owned[k]
 	// The general path's clock (advTx.clock): what the model would read.
-	if e == nil || !e.valid() || !e.state.live((&advTx{}).clock().UnixMilli()) || !bytes.Equal(e.token, args[0]) {
+	if e == nil || !e.valid() || !e.state.live((&advTx{}).clock().UnixMilli()) || e.kind != model.KindString || !bytes.Equal(e.token, args[0]) {
 		return backend.Value{}, false, nil
 	}
 	q := &query{kind: qRelease, k: k, id: e.lockID, row: e.row, want: e.gen}

@@ -16,10 +16,12 @@
 //     under pg_try_advisory_xact_lock. Locks survive restarts of lockproxy.
 //
 // Guarantees:
-//   - Every command has the memory backend's semantics: it runs on a small
-//     model space loaded with its prepared keys (engine.go) and what it
-//     changed is committed before the reply; a failed commit is TRYAGAIN,
-//     never a false success. A script is atomic over its keys.
+//   - Every command on named keys has the memory backend's semantics: it
+//     runs on a small model space loaded with its prepared keys
+//     (engine.go) and what it changed is committed before the reply; a
+//     failed commit is TRYAGAIN, never a false success. A script is atomic
+//     over its keys. A value of another type than string is kept whole in
+//     its lease row (kind, and model.Encode's bytes in token).
 //   - A client's context never reaches a holder connection; exclusion on a
 //     shared holder session comes from this package's lease state, not
 //     from PostgreSQL alone.
@@ -35,6 +37,7 @@
 // clients, not SQL users of pg_advisory_lock; fence deadlines assume the
 // instances' clocks agree with PostgreSQL's (NTP); deleting a lease row
 // does not release an advisory lock. Multi-key DEL and EXISTS are atomic
-// per key; writes on keys held beyond reach may answer TRYAGAIN. New picks
+// per key; writes on keys held beyond reach may answer TRYAGAIN; the
+// commands on the whole key space (KEYS, SCAN, FLUSHDB …) are refused. New picks
 // the strategy; no other code asks which strategy it has.
 package pgbridge

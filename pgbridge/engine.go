@@ -69,7 +69,10 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 		sp.Reset()
 		spaces.Put(sp)
 	}()
-	load(sp, before, now)
+	if err := load(sp, before, now); err != nil {
+		t.rollback()
+		return nil, err
+	}
 	var missing []dbKey
 	opErr := op(&model.View{
 		Now:    now,
@@ -97,20 +100,35 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 	return nil, opErr
 }
 
-// load writes the live states into the round's space.
-func load(sp *model.Space, states map[dbKey]state, now int64) {
+// load writes the live states into the round's space. A value that does
+// not decode (a row written by hand) is an error, not a value the model
+// would answer from.
+func load(sp *model.Space, states map[dbKey]state, now int64) error {
 	for k, s := range states {
-		if s.live(now) {
+		switch {
+		case !s.live(now):
+		case s.kind == model.KindString:
 			sp.Put(k.db, k.key, model.Entry{Token: s.token, Deadline: s.deadline})
+		default:
+			o, err := model.Decode(s.kind, s.token)
+			if err != nil {
+				return backend.Reply(fmt.Sprintf("ERR lockproxy: the lease row of key '%s' in database %d holds no value of kind %d (%v)", k.key, k.db, s.kind, err))
+			}
+			sp.PutObject(k.db, k.key, o, s.deadline)
 		}
 	}
+	return nil
 }
 
 // readState reads a key back from the round's space.
 func readState(sp *model.Space, k dbKey, now int64) state {
-	e, ok := sp.Get(k.db, k.key, now)
-	if !ok {
+	e, o, ok := sp.Lookup(k.db, k.key, now)
+	switch {
+	case !ok:
 		return state{}
+	case o != nil:
+		kind, data := model.Encode(o)
+		return state{present: true, kind: kind, token: data, deadline: e.Deadline}
 	}
 	return state{present: true, token: append(make([]byte, 0, len(e.Token)), e.Token...), deadline: e.Deadline} // never nil: a nil []byte is SQL NULL
 }

@@ -357,7 +357,7 @@ func (h *holder) acquireSQL() string {
 			FROM unnest($1::int[], $2::bytea[], $3::text[], $4::bytea[], $5::bigint[], $7::bool[]) WITH ORDINALITY AS u(db, key, ht, token, deadline, d, ord)),
 		ins AS (INSERT INTO ` + h.a.b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
 			SELECT db, key, id, token, deadline, $6, pg_backend_pid() FROM l WHERE ok AND NOT d
-			ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token,
+			ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token, kind = 0,
 				deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
 			WHERE NOT ` + fencedBy("t") + `
 			RETURNING t.db, t.key)

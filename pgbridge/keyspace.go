@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/model"
 	"github.com/lockproxy/lockproxy/keycmd"
 )
 
@@ -87,8 +88,11 @@ func (b *Backend) Get(ctx context.Context, db int, key string) ([]byte, bool, er
 	if err != nil {
 		return nil, false, tryAgain(err)
 	}
-	if !s.live(nowMS()) {
+	switch {
+	case !s.live(nowMS()):
 		return nil, false, nil
+	case s.kind != model.KindString:
+		return nil, false, backend.ErrWrongType
 	}
 	return s.token, true, nil
 }
@@ -115,13 +119,16 @@ func (b *Backend) PTTL(ctx context.Context, db int, key string) (int64, error) {
 // Exists implements backend.KeySpace. Each key is read on its own: a
 // multi-key EXISTS is not one snapshot across instances.
 func (b *Backend) Exists(ctx context.Context, db int, keys []string) (int64, error) {
+	if err := checkDB(db); err != nil {
+		return 0, err
+	}
 	var n int64
 	for _, k := range keys {
-		_, ok, err := b.Get(ctx, db, k)
+		s, err := b.store.read(ctx, dbKey{db, k})
 		if err != nil {
-			return 0, err
+			return 0, tryAgain(err)
 		}
-		if ok {
+		if s.live(nowMS()) {
 			n++
 		}
 	}
@@ -268,16 +275,12 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	}
 	var v backend.Value
 	err := b.write(ctx, dk, func(ks backend.KeySpace) (err error) {
-		v, err = b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: ks, DB: db, RO: ro, Strings: true})
+		v, err = b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: partial{ks}, DB: db, RO: ro})
 		return err
 	})
 	var h *heldError
 	if errors.As(err, &h) {
-		bk := make([][]byte, len(keys))
-		for i, k := range keys {
-			bk[i] = []byte(k)
-		}
-		rep, err := b.store.route(ctx, h, &routeReq{Op: "eval", DB: db, Script: s, Keys: bk, Args: args, RO: ro})
+		rep, err := b.store.route(ctx, h, &routeReq{Op: "eval", DB: db, Script: s, Keys: byteKeys(keys), Args: args, RO: ro})
 		if err != nil {
 			return backend.Value{}, err
 		}
@@ -286,15 +289,15 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	return v, err
 }
 
-// Do implements backend.KeySpace. The postgres backend serves string
-// values only, for now: the commands of keycmd that make and read strings
-// or move keys whole (TYPE, INCR, RENAME, COPY …) run on the model like
-// any operation (write), the others are refused until the lease table
-// keeps typed values.
+// Do implements backend.KeySpace: a command of keycmd's typed table (the
+// value types, counters, TYPE, RENAME …) runs on the model over its keys
+// like any operation (write), and a key held by another instance sends it
+// there. The commands on the key space as a whole (KEYS, SCAN, RANDOMKEY,
+// FLUSHDB, FLUSHALL) are refused: the model sees the operation's keys
+// only.
 func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
-	name := strings.ToLower(string(args[0]))
-	if keycmd.BeyondStrings(name) {
-		return backend.Value{}, backend.Reply(keycmd.NotServedHereMsg(name, "postgres backend"))
+	if name := strings.ToLower(string(args[0])); keycmd.WholeKeySpace(name) {
+		return backend.Value{}, backend.Reply(keycmd.NotWholeMsg(name, "postgres backend"))
 	}
 	if err := checkDB(db); err != nil {
 		return backend.Value{}, err
@@ -310,7 +313,31 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	})
 	var h *heldError
 	if errors.As(err, &h) {
-		return backend.Value{}, heldReply(h) // not routed to the holding instance
+		rep, err := b.store.route(ctx, h, &routeReq{Op: "do", DB: db, Keys: byteKeys(keys), Args: args})
+		if err != nil {
+			return backend.Value{}, err
+		}
+		return rep.V, rep.error()
 	}
 	return v, err
+}
+
+// partial is the KeySpace a script runs on: the round's model View, which
+// holds the script's keys only, so the commands on the whole key space are
+// refused as Do refuses them.
+type partial struct{ backend.KeySpace }
+
+func (p partial) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
+	if name := strings.ToLower(string(args[0])); keycmd.WholeKeySpace(name) {
+		return backend.Value{}, backend.Reply(keycmd.NotWholeMsg(name, "postgres backend"))
+	}
+	return p.KeySpace.Do(ctx, db, keys, args)
+}
+
+func byteKeys(keys []string) [][]byte {
+	bk := make([][]byte, len(keys))
+	for i, k := range keys {
+		bk[i] = []byte(k)
+	}
+	return bk
 }

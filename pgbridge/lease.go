@@ -42,13 +42,12 @@ type leaseTx struct {
 	conn   *pgxpool.Conn
 	keys   []dbKey
 	states map[dbKey]state
-	// sent is this process's clock (Unix ms) when the transaction was
-	// sent; PostgreSQL's now() (the transaction's start) comes after it.
-	// The operation runs at sent: loaded deadlines count from it and stored
-	// ones count back from now(), so a TTL counts from no earlier than
-	// sent (it ends up to a round trip late, never early), an absolute
-	// deadline ends no earlier than its time, and a PTTL read at once
-	// never exceeds the TTL just set.
+	// sent is PostgreSQL's now() (the transaction's start, Unix ms): the
+	// operation runs at it, so deadlines load and store as the rows hold
+	// them (an absolute expiry reads back to the millisecond), a TTL
+	// counts from the transaction's start (after the client sent the
+	// command: it ends up to a round trip late, never early), and a PTTL
+	// read at once never exceeds the TTL just set.
 	sent int64
 }
 
@@ -88,17 +87,20 @@ func (s *leaseStore) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 	var pb pgx.Batch
 	pb.Queue("BEGIN")
+	pb.Queue(`SELECT ` + pgNowMS)
 	for _, k := range t.keys {
 		pb.Queue(`SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, $2::int::bigint))`, hashText(k.key), k.db)
 	}
 	for _, k := range t.keys {
-		pb.Queue(`SELECT token, deadline_ms - `+pgNowMS+`
+		pb.Queue(`SELECT token, kind, deadline_ms
 			FROM `+t.s.b.table+` WHERE db = $1 AND key = $2 FOR UPDATE`, k.db, []byte(k.key))
 	}
-	t.sent = nowMS()
 	br := t.conn.SendBatch(ctx, &pb)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
+		return false, err
+	}
+	if err := br.QueryRow().Scan(&t.sent); err != nil {
 		return false, err
 	}
 	all := true
@@ -111,17 +113,18 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 	}
 	for _, k := range t.keys {
 		var tok []byte
-		var left *int64
-		err := br.QueryRow().Scan(&tok, &left)
+		var kind int16
+		var dl *int64
+		err := br.QueryRow().Scan(&tok, &kind, &dl)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			t.states[k] = state{}
 		case err != nil:
 			return false, err
-		case left == nil:
-			t.states[k] = state{present: true, token: tok}
-		case *left > 0:
-			t.states[k] = state{present: true, token: tok, deadline: addMS(t.sent, *left)}
+		case dl == nil:
+			t.states[k] = state{present: true, kind: uint8(kind), token: tok}
+		case *dl > t.sent:
+			t.states[k] = state{present: true, kind: uint8(kind), token: tok, deadline: *dl}
 		default:
 			t.states[k] = state{}
 		}
@@ -129,31 +132,24 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 	return all, br.Close()
 }
 
-// commit writes the changed rows and commits. Deadlines go back to
-// PostgreSQL's clock as now() (the transaction's start) plus what was left
-// of them on this process's clock since then.
+// commit writes the changed rows and commits, their deadlines as the
+// operation left them (on PostgreSQL's clock: sent).
 func (t *leaseTx) commit(ctx context.Context, after map[dbKey]state) error {
 	defer t.conn.Release()
 	var pb pgx.Batch
 	for _, k := range t.keys {
 		s, old := after[k], t.states[k]
-		if s.present == old.present && string(s.token) == string(old.token) && s.deadline == old.deadline {
+		if s.same(old) {
 			continue
 		}
 		if !s.present {
 			pb.Queue(`DELETE FROM `+t.s.b.table+` WHERE db = $1 AND key = $2`, k.db, []byte(k.key))
 			continue
 		}
-		var left any
-		if s.deadline != 0 {
-			left = s.deadline - t.sent
-		}
-		pb.Queue(`INSERT INTO `+t.s.b.table+` (db, key, lock_id, token, deadline_ms, holder)
-			VALUES ($1::int, $2, hashtextextended($3::text, $1::int::bigint), $4,
-				CASE WHEN $5::bigint IS NULL THEN NULL -- LEAST ignores NULLs
-					ELSE LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint END, 'lease')
-			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, deadline_ms = EXCLUDED.deadline_ms`,
-			k.db, []byte(k.key), hashText(k.key), s.token, left)
+		pb.Queue(`INSERT INTO `+t.s.b.table+` (db, key, lock_id, token, kind, deadline_ms, holder)
+			VALUES ($1::int, $2, hashtextextended($3::text, $1::int::bigint), $4, $6, $5, 'lease')
+			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, kind = EXCLUDED.kind, deadline_ms = EXCLUDED.deadline_ms`,
+			k.db, []byte(k.key), hashText(k.key), s.token, deadlineParam(s.deadline), int16(s.kind))
 	}
 	pb.Queue("COMMIT")
 	if err := t.conn.SendBatch(ctx, &pb).Close(); err != nil {
@@ -184,11 +180,12 @@ func (t *leaseTx) discard() {
 
 func (s *leaseStore) read(ctx context.Context, k dbKey) (state, error) {
 	var tok []byte
+	var kind int16
 	var left *int64
 	err := s.b.retryRead(ctx, func() error {
-		return s.b.pool.QueryRow(ctx, `SELECT token, deadline_ms - `+pgNowMS+`
+		return s.b.pool.QueryRow(ctx, `SELECT token, kind, deadline_ms - `+pgNowMS+`
 			FROM `+s.b.table+` WHERE db = $1 AND key = $2 AND `+leaseLive("deadline_ms"),
-			k.db, []byte(k.key)).Scan(&tok, &left)
+			k.db, []byte(k.key)).Scan(&tok, &kind, &left)
 	})
 	local := nowMS()
 	switch {
@@ -197,11 +194,11 @@ func (s *leaseStore) read(ctx context.Context, k dbKey) (state, error) {
 	case err != nil:
 		return state{}, err
 	case left == nil:
-		return state{present: true, token: tok}, nil
+		return state{present: true, kind: uint8(kind), token: tok}, nil
 	case *left <= 0:
 		return state{}, nil
 	}
-	return state{present: true, token: tok, deadline: addMS(local, *left)}, nil
+	return state{present: true, kind: uint8(kind), token: tok, deadline: addMS(local, *left)}, nil
 }
 
 func newLeaseStore(b *Backend) *leaseStore { return &leaseStore{b: b} }
@@ -326,7 +323,7 @@ func (s *leaseStore) acquireTTL(ctx context.Context, k dbKey, token []byte, ttl 
 			SELECT $1::int, $2::bytea, hashtextextended($3::text, $1::int::bigint), $4::bytea,
 				LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint, 'lease'
 			FROM l WHERE ok
-			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, deadline_ms = EXCLUDED.deadline_ms
+			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, kind = 0, deadline_ms = EXCLUDED.deadline_ms
 				WHERE NOT `+leaseLive("t.deadline_ms")+`
 			RETURNING 1)
 		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM w)`,
@@ -340,15 +337,21 @@ func (s *leaseStore) acquireTTL(ctx context.Context, k dbKey, token []byte, ttl 
 // catalogued script answers 1 then, 0 otherwise.
 func (s *leaseStore) release(ctx context.Context, k dbKey, token []byte) (deleted, done bool, err error) {
 	var locked bool
+	var typed *bool
 	err = s.b.pool.QueryRow(ctx, `WITH l AS MATERIALIZED (
 			SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, $1::int::bigint)) AS ok),
 		d AS (DELETE FROM `+s.b.table+` t USING l
-			WHERE l.ok AND t.db = $1 AND t.key = $2 AND t.token = $4
+			WHERE l.ok AND t.db = $1 AND t.key = $2 AND t.token = $4 AND t.kind = 0
 				AND `+leaseLive("t.deadline_ms")+`
 			RETURNING 1)
-		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM d)`,
-		k.db, []byte(k.key), hashText(k.key), nonNil(token)).Scan(&locked, &deleted)
+		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM d),
+			CASE WHEN NOT EXISTS (SELECT 1 FROM d) THEN EXISTS (SELECT 1 FROM `+s.b.table+` t
+				WHERE t.db = $1 AND t.key = $2 AND t.kind <> 0 AND `+leaseLive("t.deadline_ms")+`) END`,
+		k.db, []byte(k.key), hashText(k.key), nonNil(token)).Scan(&locked, &deleted, &typed)
 	done, err = s.fastResult(ctx, locked, err)
+	if typed != nil && *typed && err == nil {
+		return false, false, nil // the script's GET meets another type: WRONGTYPE, the general path's
+	}
 	return deleted, done, err
 }
 

@@ -1,6 +1,7 @@
 package pgbridge
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -106,12 +107,20 @@ type dbKey struct {
 	key string
 }
 
-// state is one key as the model sees it: absent, or a token with a
-// deadline (Unix milliseconds, 0 for none).
+// state is one key as the model sees it: absent, or a value with a
+// deadline (Unix milliseconds, 0 for none). The value is a string (kind
+// model.KindString, token its bytes) or a value of another type (token
+// its model.Encode bytes).
 type state struct {
 	present  bool
+	kind     uint8
 	token    []byte
 	deadline int64
+}
+
+// same reports whether s and o are the same state.
+func (s state) same(o state) bool {
+	return s.present == o.present && s.kind == o.kind && bytes.Equal(s.token, o.token) && s.deadline == o.deadline
 }
 
 // strategy is where the locks live, and owns everything in which the two
@@ -309,6 +318,7 @@ func (b *Backend) createSchema(ctx context.Context) error {
 			key        bytea       NOT NULL,
 			lock_id    bigint      NOT NULL,
 			token      bytea       NOT NULL,
+			kind       smallint    NOT NULL DEFAULT 0,
 			deadline_ms bigint,
 			expires_at timestamptz GENERATED ALWAYS AS (CASE WHEN deadline_ms IS NULL THEN NULL
 				WHEN deadline_ms >= 9000000000000000 THEN 'infinity'::timestamptz
@@ -317,6 +327,10 @@ func (b *Backend) createSchema(ctx context.Context) error {
 			holder_pid integer     NOT NULL DEFAULT 0,
 			PRIMARY KEY (db, key))`,
 		"ALTER TABLE " + b.table + " SET " + persistence,
+		// kind is the value's type (model.Kind…; 0, a string, in tables
+		// made before other types were kept): token holds a value of
+		// another type in model.Encode's form.
+		"ALTER TABLE " + b.table + " ADD COLUMN IF NOT EXISTS kind smallint NOT NULL DEFAULT 0",
 		// For people: key and token as text (bytes outside printable ASCII
 		// as \ooo escapes), psql showing bytea in hex otherwise.
 		`DO $$ BEGIN
@@ -501,8 +515,8 @@ const pgNowMS = `floor(extract(epoch from now()) * 1000)::bigint`
 
 // leaseLive holds for a lease row whose deadline (the column col) has not
 // come by PostgreSQL's clock: the lease strategy's one rule of expiry
-// (leaseTx.begin reads deadline_ms - now as the time left, and no time
-// left as absent).
+// (leaseTx.begin runs the operation at now and reads a deadline not after
+// it as absent).
 func leaseLive(col string) string {
 	return `(` + col + ` IS NULL OR ` + col + ` > ` + pgNowMS + `)`
 }

@@ -36,7 +36,7 @@ func (a *advisory) read(ctx context.Context, k dbKey) (state, error) {
 	if err := rep.error(); err != nil {
 		return state{}, err
 	}
-	return state{present: rep.OK, token: rep.Tok, deadline: rep.N}, nil
+	return state{present: rep.OK, kind: rep.Kind, token: rep.Tok, deadline: rep.N}, nil
 }
 
 // readOwn returns k's state when this process holds k's lock or keeps its
@@ -62,17 +62,18 @@ func (a *advisory) readOwn(k dbKey) (state, bool) {
 // a session that ended with row-less locks.
 func (a *advisory) readTable(ctx context.Context, k dbKey) (s state, in string, rowless bool, err error) {
 	var tok []byte
+	var kind *int16
 	var exp, dead *int64
 	var holder, lockHolder *string
 	var live *bool
 	err = a.b.retryRead(ctx, func() error {
-		return a.b.pool.QueryRow(ctx, `SELECT r.token, r.deadline_ms, r.holder, r.live,
+		return a.b.pool.QueryRow(ctx, `SELECT r.token, r.kind, r.deadline_ms, r.holder, r.live,
 				CASE WHEN r.holder IS NULL THEN `+a.lockHolderSQL("x.id")+` END,
 				CASE WHEN r.holder IS NULL THEN `+a.deadUntilSQL()+` END
 			FROM (SELECT hashtextextended($3::text, $1::int::bigint) AS id) x
-			LEFT JOIN LATERAL (SELECT * FROM (SELECT l.token, l.deadline_ms, l.holder, `+heldByRowHolder+` AS live
+			LEFT JOIN LATERAL (SELECT * FROM (SELECT l.token, l.kind, l.deadline_ms, l.holder, `+heldByRowHolder+` AS live
 				FROM `+a.b.table+` l WHERE l.db = $1 AND l.key = $2) r0 WHERE r0.live OR r0.deadline_ms > `+pgNowMS+`) r ON true`,
-			k.db, []byte(k.key), hashText(k.key)).Scan(&tok, &exp, &holder, &live, &lockHolder, &dead)
+			k.db, []byte(k.key), hashText(k.key)).Scan(&tok, &kind, &exp, &holder, &live, &lockHolder, &dead)
 	})
 	switch {
 	case err != nil:
@@ -80,7 +81,7 @@ func (a *advisory) readTable(ctx context.Context, k dbKey) (s state, in string, 
 	case holder != nil && !*live:
 		return fenceState(*exp), "", false, nil
 	case holder != nil:
-		s := state{present: true, token: tok}
+		s := state{present: true, kind: uint8(*kind), token: tok}
 		if exp != nil {
 			s.deadline = *exp
 		}

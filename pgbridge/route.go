@@ -25,7 +25,7 @@ import (
 type routeReq struct {
 	ID     uint64             `json:"id"`
 	From   string             `json:"from"`
-	Op     string             `json:"op"` // set del delif expire persist eval read count
+	Op     string             `json:"op"` // set del delif expire persist eval do read count
 	DB     int                `json:"db"`
 	Key    []byte             `json:"key,omitempty"`
 	Token  []byte             `json:"token,omitempty"`
@@ -47,7 +47,8 @@ type routeReply struct {
 	Reply bool              `json:"reply,omitempty"` // Err is a Redis error reply
 	Set   backend.SetResult `json:"set"`
 	OK    bool              `json:"ok,omitempty"`
-	Tok   []byte            `json:"tok"` // read: the token
+	Tok   []byte            `json:"tok"`            // read: the value
+	Kind  uint8             `json:"kind,omitempty"` // read: its type (model.Kind…)
 	N     int64             `json:"n,omitempty"`
 	V     backend.Value     `json:"v"`
 }
@@ -180,13 +181,17 @@ func (r *router) serve(req *routeReq) {
 	case "read": // GET, PTTL, EXISTS of a lock held here without a row (deferred.go)
 		var s state
 		s, err = r.a.read(ctx, dbKey{req.DB, string(req.Key)})
-		rep.OK, rep.Tok, rep.N = s.present, s.token, s.deadline
-	case "eval":
+		rep.OK, rep.Kind, rep.Tok, rep.N = s.present, s.kind, s.token, s.deadline
+	case "eval", "do":
 		keys := make([]string, len(req.Keys))
 		for i, k := range req.Keys {
 			keys[i] = string(k)
 		}
-		rep.V, err = b.Eval(ctx, req.DB, req.Script, keys, req.Args, req.RO)
+		if req.Op == "do" {
+			rep.V, err = b.Do(ctx, req.DB, keys, req.Args)
+		} else {
+			rep.V, err = b.Eval(ctx, req.DB, req.Script, keys, req.Args, req.RO)
+		}
 	default:
 		err = fmt.Errorf("unknown routed operation %q", req.Op)
 	}

@@ -13,7 +13,7 @@ import (
 // redis-semaphore 5.8.0's Mutex, Semaphore (semaphore-n) and
 // MultiSemaphore, each on ioredis 5 and 6, through tests/node/run.js. The
 // target's name goes to run.js: where a target serves string values only
-// (postgres, migrating), the semaphores' sorted-set scripts must be refused
+// (a migrating proxy, for now), the semaphores' sorted-set scripts must be refused
 // with lockproxy's error, and leave nothing behind.
 func TestNodeClients(t *testing.T) {
 	t.Parallel()

@@ -9,14 +9,15 @@ import (
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 )
 
-// symfonyRefused names the targets that serve string values only. Every
+// symfonyRefused names the targets that serve string values only (a
+// migrating proxy, for now). Every
 // RedisStore script of Symfony Lock 5.4 keeps its locks in a sorted set
 // (the exclusive lock too: a "__write__" member beside the owner's token),
 // so there each one is refused before it runs, at its first sorted-set
 // command (ZREMRANGEBYSCORE for save, saveRead and exists; ZSCORE for
 // putOffExpiration and delete); its probe for TIME in scripts (TIME and a
 // string SET ... PX 1) and the TYPE its scripts start with are served.
-var symfonyRefused = map[string]bool{"migrating": true, "pg-advisory": true, "pg-lease": true}
+var symfonyRefused = map[string]bool{"migrating": true}
 
 // TestSymfonyLock drives Symfony Lock 5.4's RedisStore (Debian
 // php-symfony-lock) on phpredis and predis through tests/php/run.php:

@@ -8,6 +8,8 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/luascripts"
+	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
 // TestScriptsBeyondLockModelAlike: a script that calls a command
@@ -74,12 +76,14 @@ func TestScriptsBeyondLockModelAlike(t *testing.T) {
 }
 
 // TestScriptsTypedAlike: a script over a sorted set (redis-semaphore's
-// shape) is served alike by memory and quorum; postgres, which keeps
-// string values only for now, refuses it before it runs and writes
-// nothing.
+// shape) is served alike by memory, quorum and postgres (both
+// strategies); a migrating proxy, which keeps string values only for now,
+// refuses it before it runs and writes nothing.
 func TestScriptsTypedAlike(t *testing.T) {
 	quorumAddr, _ := testsrv.StartQuorumProxy(t, 3)
-	pgAddr, _ := testsrv.StartPostgresProxy(t, "advisory")
+	advAddr, _ := testsrv.StartPostgresProxy(t, pgbridge.Advisory)
+	leaseAddr, _ := testsrv.StartPostgresProxy(t, pgbridge.Lease)
+	migAddr, _, _ := testsrv.StartMigratingProxy(t, "memory", memory.New(memory.Config{}))
 	src := "redis.call('zremrangebyscore', KEYS[1], '-inf', 0)\n" +
 		"if redis.call('zcard', KEYS[1]) < 2 then\n" +
 		"  redis.call('zadd', KEYS[1], ARGV[2], ARGV[1])\n" +
@@ -102,13 +106,17 @@ func TestScriptsTypedAlike(t *testing.T) {
 		}
 		return out
 	}
-	mem, quo, pg := run(testsrv.StartMemoryProxy(t)), run(quorumAddr), run(pgAddr)
 	want := []string{":1\r\n", ":1\r\n", ":0\r\n", "*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n", "+zset\r\n"}
-	if !slices.Equal(mem, want) || !slices.Equal(quo, want) {
-		t.Errorf("memory %q, quorum %q; want %q", mem, quo, want)
+	for _, target := range []struct{ name, addr string }{
+		{"memory", testsrv.StartMemoryProxy(t)}, {"quorum", quorumAddr}, {"postgres advisory", advAddr}, {"postgres lease", leaseAddr},
+	} {
+		if got := run(target.addr); !slices.Equal(got, want) {
+			t.Errorf("%s: %q; want %q", target.name, got, want)
+		}
 	}
+	mig := run(migAddr)
 	refusal := "-ERR lockproxy's backend serves string values only: 'zremrangebyscore' is not supported yet script: " + luascripts.SHA1(src) + ", on @user_script:1.\r\n"
-	if pg[0] != refusal || pg[4] != "+none\r\n" {
-		t.Errorf("postgres %q; want the refusal %q and nothing written", pg, refusal)
+	if mig[0] != refusal || mig[4] != "+none\r\n" {
+		t.Errorf("migrating %q; want the refusal %q and nothing written", mig, refusal)
 	}
 }

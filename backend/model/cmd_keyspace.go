@@ -253,6 +253,11 @@ func cmdCopy(c *call) (backend.Value, error) {
 	if src == dst && db == c.db {
 		return backend.Value{}, backend.Reply(backend.MsgSameObject)
 	}
+	if db != c.db {
+		if err := c.v.admit(db, dst); err != nil { // the key in the other database
+			return backend.Value{}, err
+		}
+	}
 	e, o, ok := c.space(src).Lookup(c.db, src, c.v.Now)
 	if !ok {
 		return backend.Int(0), nil
