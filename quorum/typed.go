@@ -25,9 +25,14 @@ const msgMarkerReserved = "ERR lockproxy reserves " + markerKey + " in database 
 // keyspace.go's. The horizon
 // marker is out of reach of these commands (msgMarkerReserved).
 //
-// Not yet: a write that lost the vote is not undone on the nodes that ran
-// it, and an acquiring script over these types is not recognised as one
-// (the watch reads strings): no undo, repair or validity check for it.
+// Scripts that may write these types are watched by value (values.go):
+// what one did on a node whose reply is not the one the client was told
+// is put back there, owner-checked, late replies included, and a grant
+// gets the validity check and counts toward the restart quarantine.
+//
+// Not yet: a command sent alone (not in a script) that lost the vote is
+// not undone on the nodes that ran it, and a typed key a lost reply may
+// have left on a node is not repaired (repair.go reads strings).
 func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
 	name := strings.ToLower(string(args[0]))
 	if v, err, ok := b.keyspaceCommand(ctx, db, name, args); ok {
