@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -369,4 +370,94 @@ func lateChanges(keys []string, told backend.Value, failed bool, vals []backend.
 		return nil
 	}
 	return rv.changes
+}
+
+// repairValueScript sets KEYS[1] to the value a majority of nodes holds,
+// while it still holds what the repair read there: ARGV[1] that DUMP (""
+// for absent), ARGV[2] the majority's DUMP ("" for absent: deleted),
+// ARGV[3] its TTL in ms (0 for none).
+var repairValueScript = newNodeScript(`if (redis.call('dump', KEYS[1]) or '') ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then return redis.call('del', KEYS[1]) end
+redis.call('restore', KEYS[1], ARGV[3], ARGV[2], 'replace')
+return 1`)
+
+// repairValue is repairKey for a key that holds a value beyond strings on
+// node rk.node (a write to it, or a script, lost its reply there: it may
+// have run). The value is read on every node (DUMP, PTTL); the node's is
+// kept when Q nodes hold the same, left for later while the nodes that did
+// not answer could make it Q, and otherwise, when Q other nodes agree on
+// one value (absent included), set to that value, with the shortest TTL
+// among them, owner-checked against what was read there. With no value on
+// Q nodes it is left as it is: no majority read sees it either way.
+func (b *Backend) repairValue(ctx context.Context, rk repairKey) bool {
+	r := &req{quiet: true}
+	r.cmds.Strs("dump", rk.key)
+	r.cmds.Strs("pttl", rk.key)
+	replies := b.fanout(ctx, rk.db, rk.key, same(r), nil)
+	type value struct {
+		dump []byte
+		n    int
+		ttl  int64 // the shortest, in ms; 0 for none
+	}
+	var values []value
+	mine, ok := dumpReply(replies[rk.node])
+	if !ok {
+		return false
+	}
+	holders, unknown := 0, 0
+	for i, nr := range replies {
+		d, ok := dumpReply(nr)
+		if !ok {
+			unknown++
+			continue
+		}
+		if bytes.Equal(d, mine) {
+			holders++
+		}
+		if i == rk.node {
+			continue
+		}
+		ttl := nr.vals[1].Int
+		j := 0
+		for j < len(values) && !bytes.Equal(values[j].dump, d) {
+			j++
+		}
+		if j == len(values) {
+			values = append(values, value{dump: d, ttl: max(ttl, 0)})
+		}
+		values[j].n++
+		if ttl > 0 && (values[j].ttl == 0 || ttl < values[j].ttl) {
+			values[j].ttl = ttl
+		}
+	}
+	switch {
+	case holders >= b.q:
+		return true // a majority holds it
+	case holders+unknown >= b.q:
+		return false // it might be one: asked again later
+	}
+	for _, v := range values {
+		if v.n >= b.q {
+			fix := &req{quiet: true}
+			runScript(&fix.cmds, repairValueScript, true, []string{rk.key}, mine, v.dump, strconv.AppendInt(nil, v.ttl, 10))
+			b.fanout(ctx, rk.db, rk.key, only(rk.node, fix), nil)
+			return true
+		}
+	}
+	return true
+}
+
+// dumpReply reads a node's reply to DUMP and PTTL: the payload (nil for
+// absent); ok is false for a failure or an error reply.
+func dumpReply(nr nodeReply) ([]byte, bool) {
+	if nr.err != nil || len(nr.vals) != 2 || nr.vals[1].Kind != backend.KindInt {
+		return nil, false
+	}
+	switch v := nr.vals[0]; v.Kind {
+	case backend.KindBulk:
+		return v.Str, true
+	case backend.KindNil:
+		return nil, true
+	}
+	return nil, false
 }

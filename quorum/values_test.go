@@ -372,6 +372,50 @@ func TestValuesWatchCommands(t *testing.T) {
 	settledMembers(t, direct, "sem:flushed", "a")
 }
 
+// TestValuesLostReplyRepaired: a node paused past its connection's grace
+// loses the reply of a values script that lost the vote there (nodes 0 and
+// 1 are full, node 2 was free); whether it ran the script when it resumed
+// is unknown, so the key is repaired once the node is back: set to the
+// value the two others hold alike. And a plain ZREM that a paused node
+// missed is repaired the same way; the ZREM itself answers as soon as two
+// nodes agree, not after the node timeout.
+func TestValuesLostReplyRepaired(t *testing.T) {
+	nodes := startNodes(t, 3)
+	b := newBackend(t, addrsOf(nodes))
+	direct := directClients(t, nodes)
+	ctx := t.Context()
+	now := time.Now().UnixMilli()
+	for _, d := range direct[:2] {
+		d.ZAdd(ctx, "sem", redis.Z{Score: float64(now), Member: "other"})
+	}
+	if v, err := semAcquire(ctx, b, "sem:warm", 1, "w", 10*time.Second, now); err != nil || v.Int != 1 {
+		t.Fatalf("acquire = %v, %v; want 1", v, err)
+	}
+	settledMembers(t, direct, "sem:warm", "w")
+	wait := pauseFor(t, 1500*time.Millisecond, nodes[2]) // past overdueGrace
+	if v, err := semAcquire(ctx, b, "sem", 1, "mine", 10*time.Second, now); err != nil || v.Int != 0 {
+		t.Fatalf("acquire where two nodes are full, the third paused = %v, %v; want 0", v, err)
+	}
+	start := time.Now()
+	if n, err := b.Do(ctx, 0, []string{"sem:warm"}, bytesOf([]string{"zrem", "sem:warm", "w"})); err != nil || n.Int != 1 {
+		t.Fatalf("ZREM with a node paused = %v, %v; want 1", n, err)
+	}
+	if d := time.Since(start); d >= testTimeout {
+		t.Errorf("ZREM with a node paused took %v; want less than the node timeout %v", d, testTimeout)
+	}
+	wait()
+	for key, want := range map[string][]string{"sem": {"other"}, "sem:warm": nil} {
+		var got []string
+		deadline := time.Now().Add(10 * time.Second)
+		for got = members(t, direct[2], key); !slices.Equal(got, want) && time.Now().Before(deadline); got = members(t, direct[2], key) {
+			time.Sleep(20 * time.Millisecond) // polling the repair, which waits for the node's new connection
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("node 2: %s holds %q; want %q (repaired to the others' value)", key, got, want)
+		}
+	}
+}
+
 // holdProxy forwards connections to a node; while held, what the node
 // sends back is kept (not dropped) and passed on at release, as a slow
 // network would.
