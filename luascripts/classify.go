@@ -96,6 +96,13 @@ import (
 // unwatched (a Guarded call's own run, argued above, is about the one
 // state that matters, with that call's ARGV).
 //
+// Values. A script whose text can write a hash, a sorted set, a set or a
+// list (or move a key whole, or whose commands cannot be read off its
+// text) gets the WritesValues mark beside its class, from the static half
+// alone. Such a script can change a key that exists without creating it
+// (a semaphore adds its member beside the others'), which no class here
+// speaks of: the quorum backend watches it by value whatever its class.
+//
 // Caching (Classes) is by SHA1 and the numbers of KEYS and ARGV, bounded
 // at 4096 entries (then it starts over). The static half depends on the
 // text alone, so a cached "creates nothing" holds for every later call; the
@@ -138,22 +145,45 @@ const (
 	Extend
 )
 
+// valuesBit marks a class whose script may write a value of a type
+// beyond strings (WritesValues). It is a mark on the class, not a class
+// of its own: such a script is Other, Acquire or Guarded besides.
+const valuesBit Class = 0x80
+
 var classNames = [...]string{"other", "acquire", "guarded", "read-only", "release", "extend"}
 
 func (c Class) String() string {
-	if int(c) < len(classNames) {
-		return classNames[c]
+	k, suffix := c.kind(), ""
+	if c.WritesValues() {
+		suffix = "+values"
+	}
+	if int(k) < len(classNames) {
+		return classNames[k] + suffix
 	}
 	return "class(" + strconv.Itoa(int(c)) + ")"
 }
 
+// kind is c without its values mark.
+func (c Class) kind() Class { return c &^ valuesBit }
+
 // CreatesNothing reports whether no run of the script, in any key space,
 // with any KEYS and ARGV, can create a key: ReadOnly, Release and Extend.
-func (c Class) CreatesNothing() bool { return c >= ReadOnly }
+func (c Class) CreatesNothing() bool { return c.kind() >= ReadOnly }
 
 // SetsNoExpiry reports whether no run of the script can create a key or
 // change an expiry (it reads, or deletes): ReadOnly and Release.
-func (c Class) SetsNoExpiry() bool { return c == ReadOnly || c == Release }
+func (c Class) SetsNoExpiry() bool { return c.kind() == ReadOnly || c.kind() == Release }
+
+// WritesValues reports whether the script may write a value of a type
+// beyond strings (a hash, a sorted set, a set or a list): its text can
+// send a command of those types that writes (HSET, HINCRBY, ZADD,
+// ZREMRANGEBYSCORE, SADD, LPUSH …) or that moves a key whole (RENAME,
+// COPY), or its commands cannot be read off its text. Counters (INCR …)
+// are strings and do not count. A script that may, can change a key that
+// already exists without creating it (a semaphore adds its member to the
+// others'), which "creates nothing" does not cover: the quorum backend
+// watches such a script's values whatever its class says.
+func (c Class) WritesValues() bool { return c&valuesBit != 0 }
 
 // probeNow is the probes' stopped clock, and probeTTL the TTL a probe
 // key has when it has one.
@@ -203,15 +233,19 @@ func classify(ctx context.Context, r *Runner, s backend.Script, keys []string, a
 			break // Acquire or Other: watched either way
 		}
 	}
+	var values Class
+	if !known || cmds.writesValues() {
+		values = valuesBit
+	}
 	switch {
 	case created:
-		return Acquire, false
+		return Acquire | values, false
 	case !clean:
-		return Other, timedOut
+		return Other | values, timedOut
 	case create && known && core && len(keys) == 1:
-		return Guarded, false
+		return Guarded | values, false
 	case create:
-		return Other, false
+		return Other | values, false
 	case expire:
 		return Extend, false
 	case cmds.deletes():
@@ -462,7 +496,7 @@ func (c *Classes) Cached(s backend.Script, keys []string, args [][]byte) (Class,
 	c.mu.RLock()
 	cl, ok := c.known[classKey{s.SHA1, len(keys), len(args)}]
 	c.mu.RUnlock()
-	if !ok || cl == Guarded {
+	if !ok || cl.kind() == Guarded {
 		return Other, false
 	}
 	return cl, true
@@ -485,13 +519,14 @@ func (c *Classes) runner() *Runner {
 // absent (the only state in which it can create that key), creates
 // nothing, touches no other key and meets no error; else Other.
 func (c *Classes) call(ctx context.Context, cl Class, s backend.Script, keys []string, args [][]byte) Class {
-	if cl != Guarded {
+	if cl.kind() != Guarded {
 		return cl
 	}
+	values := cl & valuesBit
 	if len(keys) == 1 {
 		if ok, created, _ := probe(ctx, c.runner(), s, keys, args, probeState{nil}); ok && !created {
-			return Extend
+			return Extend | values
 		}
 	}
-	return Other
+	return Other | values
 }

@@ -296,3 +296,37 @@ func TestClassesTimeoutNotCached(t *testing.T) {
 		t.Errorf("%d cache entries after a timed-out classification; want 0", n)
 	}
 }
+
+// TestClassifyWritesValues: a script whose text can write a hash, a sorted
+// set, a set or a list (or move a key whole, or whose commands cannot be
+// read) is marked WritesValues, whatever else its class says; one that
+// only reads them, or writes strings and counters, is not.
+func TestClassifyWritesValues(t *testing.T) {
+	r := New(Config{})
+	c := &Classes{Runner: r}
+	for _, tc := range []struct {
+		name, src string
+		keys      int
+		want      bool
+	}{
+		{"semaphore acquire", `redis.call('zremrangebyscore', KEYS[1], '-inf', ARGV[1]) if redis.call('zcard', KEYS[1]) < 3 then redis.call('zadd', KEYS[1], ARGV[1], ARGV[2]) redis.call('pexpire', KEYS[1], 5000) return 1 end return 0`, 1, true},
+		{"hash lock", `if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then redis.call('hincrby', KEYS[1], ARGV[2], 1) redis.call('pexpire', KEYS[1], ARGV[1]) return nil end return redis.call('pttl', KEYS[1])`, 1, true},
+		{"hash re-entry only", `if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then redis.call('hincrby', KEYS[1], ARGV[1], 1) end return 0`, 1, true},
+		{"rename", `return redis.call('rename', KEYS[1], KEYS[2])`, 2, true},
+		{"command named at run time", `return redis.call(ARGV[1], KEYS[1])`, 1, true},
+		{"hash renewal", `if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then redis.call('pexpire', KEYS[1], ARGV[1]) return 1 end return 0`, 1, false},
+		{"string acquire", `if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0`, 1, false},
+		{"fencing counter", `return redis.call('incr', KEYS[1])`, 1, false},
+		{"string release", `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`, 1, false},
+	} {
+		keys := []string{"a", "b"}[:tc.keys]
+		args := bytesOf([]string{"5000", "tok"})
+		s := backend.Script{Src: tc.src, SHA1: SHA1(tc.src)}
+		if got := Classify(t.Context(), r, s, keys, args); got.WritesValues() != tc.want {
+			t.Errorf("%s: class %s; want WritesValues %v", tc.name, got, tc.want)
+		}
+		if got := c.Of(t.Context(), s, keys, args); got.WritesValues() != tc.want {
+			t.Errorf("%s: call's class %s; want WritesValues %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 
 	"github.com/yuin/gopher-lua/ast"
 	"github.com/yuin/gopher-lua/parse"
+
+	"github.com/lockproxy/lockproxy/keycmd"
 )
 
 // The static half of the classifier (classify.go): what commands a script
@@ -278,6 +280,22 @@ func setOf(names ...string) map[string]bool {
 		m[n] = true
 	}
 	return m
+}
+
+// counterCommands write counters, which are strings (WritesValues).
+var counterCommands = setOf("incr", "decr", "incrby", "decrby")
+
+// writesValues reports whether cmds has a command that can write a value
+// of a type beyond strings (Class.WritesValues): one of keycmd's typed
+// commands that writes, counters aside. RENAME and COPY count (they may
+// move such a value); FLUSHDB and FLUSHALL are refused in scripts anyway.
+func (cmds commandSet) writesValues() bool {
+	for c := range cmds {
+		if k := keycmd.Lookup([]byte(c)); k != nil && k.Typed() && k.Write && !counterCommands[c] {
+			return true
+		}
+	}
+	return false
 }
 
 // reach sums up what a script sending cmds can do: create false means it

@@ -24,6 +24,11 @@ const (
 	// (a release, a read), or cannot write at all (EVAL_RO), or names no
 	// key to watch.
 	watchNone
+	// watchValues: the script in a transaction with each key's DUMP and
+	// expiry before and after it (values.go). It may write a value beyond
+	// strings (a semaphore's sorted set, a hash lock), which it can change
+	// without creating the key and which a read of strings cannot see.
+	watchValues
 )
 
 // watchOf decides how a script call is watched on the nodes: by what the
@@ -61,6 +66,10 @@ func (b *Backend) watchCached(s backend.Script, keys []string, args [][]byte, ro
 
 func watchFor(c luascripts.Class) scriptWatch {
 	switch {
+	case c.WritesValues():
+		// Before "creates nothing": that says no key is created, and such a
+		// script can change one that exists (a reentrant HINCRBY).
+		return watchValues
 	case c.SetsNoExpiry():
 		return watchNone
 	case c.CreatesNothing():

@@ -14,7 +14,11 @@
 //     repaired there (below), never deleted blind — other nodes may have run
 //     it late too, and a read may have seen it. Undos before the answer are
 //     owner-checked deletes and go only to nodes that said they wrote, never
-//     to one that refused: values are not always unique.
+//     to one that refused: values are not always unique. A script that may
+//     write a hash, a sorted set, a set or a list is watched by value
+//     instead (values.go): where its reply is not the one the client was
+//     told, what it changed is put back to the node's state before it,
+//     only while nothing else changed the key since (late replies too).
 //   - This proxy's operations on one key are sent one at a time: each
 //     holds its keys' stripes from send to decision (stripe.go), and
 //     reaches every node after the one before it on the same loop

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/resp"
 )
 
 // Eval implements backend.Backend: the script runs on every node (EVALSHA,
@@ -22,6 +23,11 @@ import (
 // nodes, or on any node when no reply reached a majority, is removed again
 // on those nodes with an owner-checked delete: a failed acquire leaves
 // nothing behind, as an undone SET NX does.
+//
+// A script that may write a value beyond strings (a semaphore's sorted
+// set, a hash lock) is watched by value instead (values.go): each node runs
+// it in a transaction with each key's DUMP before and after it, and what
+// it changed on the nodes that do not count is put back, owner-checked.
 //
 // A script that can create nothing (watchOf, classify.go) is not watched:
 // a release is one command per node, an extend the script and a PTTL per
@@ -96,28 +102,69 @@ func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value
 }
 
 // scriptRequest is a script call's request to each node under w: the
-// script, with the reads around it (watchKeys) or each key's PTTL after it
-// (watchTTLs).
+// script, with the reads around it (watchKeys), each key's PTTL after it
+// (watchTTLs), or in a transaction with each key's value before and after
+// it (watchValues, values.go).
 func scriptRequest(s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch, eval bool) *req {
-	if w == watchTTLs {
+	switch w {
+	case watchTTLs:
 		return appendTTLs(evalRequest(s, keys, args, ro, false, eval), keys)
+	case watchValues:
+		return valuesRequest(s, keys, args, ro, eval)
 	}
 	return evalRequest(s, keys, args, ro, w == watchKeys, eval)
 }
 
 // scriptAt is where the script's own reply is among a node's replies
-// under w (after the MGET before it, when watched).
-func scriptAt(w scriptWatch) int {
-	if w == watchKeys {
+// under w to a call with n keys (after the MGET before it, or the DUMP and
+// PEXPIRETIME of each key, when watched).
+func scriptAt(w scriptWatch, n int) int {
+	switch w {
+	case watchKeys:
 		return 1
+	case watchValues:
+		return 2 * n
 	}
 	return 0
 }
 
+// evalUndo is what a script's outcome leaves to put back on the nodes
+// before the client hears it. Watched by keys: the keys it created where
+// they do not count (created, count: undoRequests). Watched by values:
+// what it changed on each node (changes), put back where the node did not
+// give the agreed reply (agreed). all: on every node that did something
+// (no agreement, or the grant came too late).
+type evalUndo struct {
+	created []map[string]string
+	count   map[string]int
+	changes [][]valueChange
+	agreed  []bool
+	all     bool
+}
+
+// requests are u's undos by node (nil for a node with none; nil when no
+// node has any).
+func (u evalUndo) requests(q int) []*req {
+	if u.changes != nil {
+		return u.restoreRequests()
+	}
+	return undoRequests(u.created, u.count, u.all, q)
+}
+
 // evalOutcome decides a script's reply from the nodes' replies, which
-// took elapsed, and says which keys it created are to be removed again
-// (created, count and undoAll, for undoRequests).
-func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, at int, replies []nodeReply, elapsed time.Duration) (_ backend.Value, _ error, created []map[string]string, count map[string]int, undoAll bool) {
+// took elapsed, and says what it did that is to be put back (evalUndo).
+func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, replies []nodeReply, elapsed time.Duration) (backend.Value, error, evalUndo) {
+	if w == watchValues {
+		return b.valuesOutcome(keys, replies, elapsed)
+	}
+	v, err, created, count, undoAll := b.keysOutcome(keys, args, w, scriptAt(w, len(keys)), replies, elapsed)
+	return v, err, evalUndo{created: created, count: count, all: undoAll}
+}
+
+// keysOutcome is evalOutcome for the scripts not watched by values: it
+// says which keys a script created are to be removed again (created,
+// count and undoAll, for undoRequests).
+func (b *Backend) keysOutcome(keys []string, args [][]byte, w scriptWatch, at int, replies []nodeReply, elapsed time.Duration) (_ backend.Value, _ error, created []map[string]string, count map[string]int, undoAll bool) {
 	watch := w == watchKeys
 	vals := make([]backend.Value, len(replies))
 	ok := make([]bool, len(replies))
@@ -241,29 +288,7 @@ func evalRequest(s backend.Script, keys []string, args [][]byte, ro, watch, eval
 		}
 		mget = len(r.cmds.B)
 	}
-	r.cmds.Cmd(3 + len(keys) + len(args))
-	switch {
-	case eval && ro:
-		r.cmds.Arg("eval_ro")
-	case eval:
-		r.cmds.Arg("eval")
-	case ro:
-		r.cmds.Arg("evalsha_ro")
-	default:
-		r.cmds.Arg("evalsha")
-	}
-	if eval {
-		r.cmds.Arg(s.Src)
-	} else {
-		r.cmds.Arg(s.SHA1)
-	}
-	r.cmds.ArgInt(int64(len(keys)))
-	for _, k := range keys {
-		r.cmds.Arg(k)
-	}
-	for _, a := range args {
-		r.cmds.ArgBytes(a)
-	}
+	appendEval(&r.cmds, s, keys, args, ro, eval)
 	if watch {
 		r.cmds.B = append(r.cmds.B, r.cmds.B[:mget]...) // the same MGET after
 		r.cmds.N++
@@ -274,6 +299,34 @@ func evalRequest(s backend.Script, keys []string, args [][]byte, ro, watch, eval
 		}
 	}
 	return r
+}
+
+// appendEval encodes the client's script call: EVALSHA (EVAL when eval
+// is set; the _RO forms for ro).
+func appendEval(c *resp.Request, s backend.Script, keys []string, args [][]byte, ro, eval bool) {
+	c.Cmd(3 + len(keys) + len(args))
+	switch {
+	case eval && ro:
+		c.Arg("eval_ro")
+	case eval:
+		c.Arg("eval")
+	case ro:
+		c.Arg("evalsha_ro")
+	default:
+		c.Arg("evalsha")
+	}
+	if eval {
+		c.Arg(s.Src)
+	} else {
+		c.Arg(s.SHA1)
+	}
+	c.ArgInt(int64(len(keys)))
+	for _, k := range keys {
+		c.Arg(k)
+	}
+	for _, a := range args {
+		c.ArgBytes(a)
+	}
 }
 
 // createdKeys lists the keys holding one of the script's arguments after

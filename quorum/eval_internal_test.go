@@ -90,11 +90,11 @@ func TestEvalOutcomeCreatedNodeIsNotTimeVoted(t *testing.T) {
 	created := nodeReply{vals: []backend.Value{arr(nilv), backend.Int(1), arr(bulk("tok")), backend.Int(5000)}, done: true}
 	refused := nodeReply{vals: []backend.Value{arr(bulk("other")), backend.Int(0), arr(bulk("other")), backend.Int(4000)}, done: true}
 	down := nodeReply{err: errNodeTimeout, done: true}
-	_, err, c, count, undoAll := b.evalOutcome(keys, args, watchKeys, 1, []nodeReply{created, refused, down}, time.Millisecond)
+	_, err, u := b.evalOutcome(keys, args, watchKeys, []nodeReply{created, refused, down}, time.Millisecond)
 	if err == nil {
 		t.Fatalf("1 from one node, 0 from another, third down: no error; want TRYAGAIN")
 	}
-	reqs := undoRequests(c, count, undoAll, b.q)
+	reqs := u.requests(b.q)
 	if reqs == nil || reqs[0] == nil || reqs[1] != nil {
 		t.Fatalf("undo requests = %v; want node 0's created key undone, node 1 untouched", reqs)
 	}

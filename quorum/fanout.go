@@ -36,6 +36,9 @@ type req struct {
 	// quiet: the proxy's own background work (a repair), whose node
 	// failures are not the clients' and are not counted.
 	quiet bool
+	// exec: cmds are one MULTI … EXEC; the node's replies are handed on
+	// as the queued commands' own (execReplies).
+	exec bool
 	// writes are the key and token pairs the request may write: not sent
 	// to a node where a delete of one is pending (pendingUndos).
 	writes []undoRec

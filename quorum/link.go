@@ -68,7 +68,9 @@ const (
 	maxBackoff = time.Second
 )
 
-// undoRec is an owner-checked delete: key is removed if it holds token.
+// undoRec is an owner-checked delete: key is removed if it holds token;
+// or, with a token made by valueChange.token, an owner-checked restore of
+// a key's value from before a script (values.go).
 type undoRec struct{ key, token string }
 
 // call is one operation's request to one node: n replies expected.
@@ -82,6 +84,7 @@ type call struct {
 	repair   []string  // the keys a lock operation's call touches: repaired if its connection breaks unanswered (repair.go)
 	sent     time.Time
 	finished bool // answered or failed (on its loop)
+	exec     bool // a MULTI … EXEC: its replies are EXEC's (req.exec)
 }
 
 var (
@@ -199,6 +202,11 @@ func (s *link) connect() (net.Conn, *resp.Reader, error) {
 			c.ArgInt(k)
 		}
 		for _, u := range redo {
+			if rc, ok := parseRestore(u.token); ok {
+				rc.key = u.key
+				rc.appendRestore(&c)
+				continue
+			}
 			c.Strs("eval", delIfScript.src, "1", u.key, u.token, "eq")
 		}
 		vals, err := roundTrip(conn, br, &c)

@@ -52,3 +52,44 @@ func BenchmarkLoopCycle(b *testing.B) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkLoopScriptCycle is BenchmarkLoopCycle with the acquire made by
+// a string acquiring script (EVALSHA of acquireSrc: EXISTS, SET PX), the
+// watched script path (MGET before and after, PTTL), as hand-written locks
+// acquire.
+func BenchmarkLoopScriptCycle(b *testing.B) {
+	nodes := startNodes(b, 3)
+	cfg := quorum.Config{NodeTimeout: 2 * time.Second}
+	c, qb := startLoopProxy(b, nodes, 1, cfg)
+	ctx := b.Context()
+	acq := redis.NewScript(acquireSrc)
+	release := redis.NewScript(releaseSrc)
+	acq.Load(ctx, c)
+	release.Load(ctx, c)
+	deadline := time.Now().Add(5 * time.Second)
+	for qb.LoopOps() < 10 && time.Now().Before(deadline) {
+		acq.Run(ctx, c, []string{"warm"}, "x", 10000)
+		release.Run(ctx, c, []string{"warm"}, "x")
+		time.Sleep(5 * time.Millisecond)
+	}
+	var next atomic.Int64
+	n := int64(b.N)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w := range 50 {
+		wg.Go(func() {
+			key := fmt.Sprintf("lock%d", w)
+			for next.Add(1) <= n {
+				if got, err := acq.Run(ctx, c, []string{key}, "tok", 10000).Int(); got != 1 || err != nil {
+					b.Errorf("acquire script: %v %v", got, err)
+					return
+				}
+				if err := release.Run(ctx, c, []string{key}, "tok").Err(); err != nil {
+					b.Errorf("release: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -156,6 +156,9 @@ func (ln *lnode) traffic(in []byte) int {
 		if len(cl.vals) < cl.n {
 			continue
 		}
+		if cl.exec {
+			cl.vals = execReplies(cl.vals)
+		}
 		cl.finished = true
 		ln.pending[ln.head] = nil
 		ln.head++

@@ -119,7 +119,7 @@ func (lo *lop) send(i int, r *req) {
 	} else {
 		cl = &call{vals: make([]backend.Value, 0, r.cmds.N)}
 	}
-	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.repair, cl.sent = &lo.op, ln, i, r.cmds.N, r.undo, r.repair, lo.sentAt
+	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.repair, cl.sent, cl.exec = &lo.op, ln, i, r.cmds.N, r.undo, r.repair, lo.sentAt, r.exec
 	lo.calls[i] = cl
 	lo.quiet = lo.quiet || r.quiet
 	lo.ql.b.pending.add(ln.lk, i, lo.db, r.undo, 1)
@@ -144,7 +144,7 @@ func (lo *lop) progress() {
 	again := lo.again
 	if lo.kind == kindEval {
 		again = func(_ int, r nodeReply) *req { // only called within retries: no allocation
-			if at := scriptAt(lo.watch); r.err == nil && len(r.vals) > at && noScript(r.vals[at]) {
+			if at := scriptAt(lo.watch, len(lo.keys)); r.err == nil && len(r.vals) > at && noScript(r.vals[at]) {
 				return scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, true)
 			}
 			return nil
@@ -178,7 +178,7 @@ func (lo *lop) certain() bool {
 	case kindSet:
 		return lo.ql.b.setCertain(lo.replies, true)
 	case kindEval:
-		return lo.ql.b.evalCertain(lo.replies, scriptAt(lo.watch))
+		return lo.ql.b.evalCertain(lo.replies, scriptAt(lo.watch, len(lo.keys)))
 	}
 	return lo.certainFn != nil && lo.certainFn(lo.replies)
 }
@@ -240,7 +240,7 @@ func (lo *lop) end() {
 		lo.setDone(res, err)
 	case kindEval:
 		ql := lo.ql
-		v, err, created, count, undoAll := ql.b.evalOutcome(lo.keys, lo.args, lo.watch, scriptAt(lo.watch), lo.replies, elapsed)
+		v, err, u := ql.b.evalOutcome(lo.keys, lo.args, lo.watch, lo.replies, elapsed)
 		if d := time.Duration(ql.b.maxTTL.Load()); err == nil && ql.b.needsCover(d) {
 			// The script left a TTL longer than the horizon markers cover:
 			// they must before the client hears of it, which blocks, so off
@@ -250,27 +250,29 @@ func (lo *lop) end() {
 				cerr := ql.b.coverTTL(ql.ctx, d)
 				ql.exec(func() {
 					if cerr != nil {
-						lo.finishEval(backend.Value{}, cerr, created, count, true)
+						undoAll := u // a copy: u captured by value costs no allocation unless this runs
+						undoAll.all = true
+						lo.finishEval(backend.Value{}, cerr, undoAll)
 						return
 					}
-					lo.finishEval(v, nil, created, count, undoAll)
+					lo.finishEval(v, nil, u)
 				})
 			})
 			return
 		}
-		lo.finishEval(v, err, created, count, undoAll)
+		lo.finishEval(v, err, u)
 	default:
 		lo.decide(lo.replies, elapsed)
 	}
 }
 
-// finishEval ends a script on the loop once its reply is known: the keys
-// it created where they do not count are undone (its stripes are held
-// until then), late replies are judged from now on, and the client hears
-// the reply.
-func (lo *lop) finishEval(v backend.Value, err error, created []map[string]string, count map[string]int, undoAll bool) {
+// finishEval ends a script on the loop once its reply is known: what it
+// did where it does not count (u) is undone (its stripes are held until
+// then), late replies are judged from now on, and the client hears the
+// reply.
+func (lo *lop) finishEval(v backend.Value, err error, u evalUndo) {
 	ql := lo.ql
-	if undos := undoRequests(created, count, undoAll, ql.b.q); undos != nil {
+	if undos := u.requests(ql.b.q); undos != nil {
 		ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) { lo.releaseStripes() })
 	} else {
 		lo.releaseStripes()
@@ -282,7 +284,7 @@ func (lo *lop) finishEval(v backend.Value, err error, created []map[string]strin
 	if lo.awaitsLate() {
 		// A late reply may come after the read buffer v points into was
 		// reused.
-		lo.told, lo.failed = cloneValue(v), undoAll || err != nil
+		lo.told, lo.failed = cloneValue(v), u.all || err != nil
 		lo.lateFromNowOn()
 	}
 	lo.evalDone(v, err)
@@ -313,11 +315,17 @@ func (lo *lop) lateReply(i int, vals []backend.Value, err error) {
 			ql.b.repairs.add(i, lo.db, []string{lo.key})
 		}
 	case kindEval:
-		if at := scriptAt(lo.watch); err == nil && len(vals) > at && noScript(vals[at]) {
+		if at := scriptAt(lo.watch, len(lo.keys)); err == nil && len(vals) > at && noScript(vals[at]) {
 			r := scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, true)
 			ql.run(lo.db, only(i, r), nil, time.Time{}, func(replies []nodeReply, _ time.Duration) {
 				lo.lateReply(i, replies[i].vals, replies[i].err)
 			})
+			return
+		}
+		if lo.watch == watchValues {
+			if c := lateChanges(lo.keys, lo.told, lo.failed, vals, err); c != nil {
+				ql.run(lo.db, only(i, restoreRequest(c)), nil, time.Time{}, func([]nodeReply, time.Duration) {})
+			}
 			return
 		}
 		ql.b.repairs.add(i, lo.db, lateCreated(lo.keys, lo.args, lo.watch, lo.told, lo.failed, vals, err))

@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -57,6 +58,9 @@ func (p *pendingUndos) add(line *link, node, db int, us []undoRec, d int) {
 	}
 	for _, u := range us {
 		k := pendingKey{node, db, u.key, u.token}
+		if strings.HasPrefix(u.token, valuesToken) {
+			k.token = valuesToken // any restore of the key: a values write holds back for each (values.go)
+		}
 		lines := p.m[k]
 		j := 0
 		for j < len(lines) && lines[j].line != line {

@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,8 +148,11 @@ func (b *Backend) repairKey(rk repairKey) bool {
 	if !ok {
 		return false
 	}
+	if held.Kind == backend.KindError && strings.HasPrefix(string(held.Str), "WRONGTYPE") {
+		return b.repairValue(ctx, rk) // a hash, a sorted set …: values.go's
+	}
 	if held.Kind != backend.KindBulk {
-		return true // absent, or not a string: nothing a lock left
+		return true // absent: nothing a lock left
 	}
 	// The nodes that hold it, and those that did not answer and might:
 	// fewer than Q together, and no majority can hold it or see it.

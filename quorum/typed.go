@@ -25,9 +25,19 @@ const msgMarkerReserved = "ERR lockproxy reserves " + markerKey + " in database 
 // keyspace.go's. The horizon
 // marker is out of reach of these commands (msgMarkerReserved).
 //
-// Not yet: a write that lost the vote is not undone on the nodes that ran
-// it, and an acquiring script over these types is not recognised as one
-// (the watch reads strings): no undo, repair or validity check for it.
+// A command ends once Q nodes gave the same reply, so a paused or slow
+// node costs nothing; a write whose connection breaks unanswered has its
+// keys repaired on that node (repairValue: set to the value Q other nodes
+// agree on). Scripts that may write these types are watched by value
+// (values.go): what one did on a node whose reply is not the one the
+// client was told is put back there, owner-checked, late replies
+// included, and a grant gets the validity check and counts toward the
+// restart quarantine.
+//
+// Not yet: a command sent alone (not in a script) that lost the vote is
+// not undone on the nodes that ran it, and its late reply is not looked
+// at: a ZADD or HSET on a minority stays there until the key's TTL, or
+// until a lost connection's repair brings the node in line.
 func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
 	name := strings.ToLower(string(args[0]))
 	if v, err, ok := b.keyspaceCommand(ctx, db, name, args); ok {
@@ -40,10 +50,13 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	case "incr", "decr", "incrby", "decrby":
 		return b.counter(ctx, db, keys[0], name, args)
 	}
+	r := &req{}
 	if c := keycmd.Lookup(args[0]); c != nil && c.Write {
 		defer b.lockKeys(keys...)()
+		// A write whose connection breaks unanswered may still run on
+		// that node: its keys are repaired there (repair.go, values).
+		r.repair = keys
 	}
-	r := &req{}
 	r.cmds.Cmd(len(args))
 	for _, a := range args {
 		r.cmds.ArgBytes(a)
@@ -52,10 +65,16 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	if len(keys) > 0 {
 		key = keys[0]
 	}
-	replies := b.fanout(ctx, db, key, same(r), nil)
 	if name == "expiretime" || name == "pexpiretime" {
-		return b.medianInt(replies)
+		return b.medianInt(b.fanout(ctx, db, key, same(r), nil))
 	}
+	// It ends once Q nodes gave the same reply: a paused or slow node
+	// costs nothing (a semaphore's release is a plain ZREM). Its reply,
+	// when it comes, is not looked at, as a timed-out one was not.
+	_, replies := b.fanoutUntil(ctx, db, key, same(r), nil, func(replies []nodeReply) bool {
+		_, ok := b.voteOne(replies)
+		return ok
+	})
 	v, err := b.voteReply(replies)
 	switch {
 	case err != nil:
