@@ -193,22 +193,7 @@ func (s *link) connect() (net.Conn, *resp.Reader, error) {
 		s.mu.Unlock()
 	}
 	if len(kill)+len(redo) > 0 {
-		c = resp.Request{}
-		for _, k := range kill {
-			c.Cmd(4)
-			c.Arg("client")
-			c.Arg("kill")
-			c.Arg("id")
-			c.ArgInt(k)
-		}
-		for _, u := range redo {
-			if rc, ok := parseRestore(u.token); ok {
-				rc.key = u.key
-				rc.appendRestore(&c)
-				continue
-			}
-			c.Strs("eval", delIfScript.src, "1", u.key, u.token, "eq")
-		}
+		c = replaceRequest(kill, redo)
 		vals, err := roundTrip(conn, br, &c)
 		if err != nil {
 			conn.Close()
@@ -235,6 +220,29 @@ func (s *link) connect() (net.Conn, *resp.Reader, error) {
 	s.runID, s.connID = runID, id
 	s.mu.Unlock()
 	return conn, br, nil
+}
+
+// replaceRequest is what a new connection sends before anything else:
+// the kills of the connections it replaces, then the undos they left
+// (owner-checked deletes, or restores of values: values.go).
+func replaceRequest(kill []int64, redo []undoRec) resp.Request {
+	var c resp.Request
+	for _, k := range kill {
+		c.Cmd(4)
+		c.Arg("client")
+		c.Arg("kill")
+		c.Arg("id")
+		c.ArgInt(k)
+	}
+	for _, u := range redo {
+		if rc, ok := parseRestore(u.token); ok {
+			rc.key = u.key
+			rc.appendRestore(&c)
+			continue
+		}
+		c.Strs("eval", delIfScript.src, "1", u.key, u.token, "eq")
+	}
+	return c
 }
 
 func (s *link) dial(ctx context.Context) (net.Conn, error) {
