@@ -405,7 +405,7 @@ func modelCheck(t *testing.T, h modelHistory, seed uint64) {
 		}
 	}
 	began := time.Now()
-	res, info := porcupine.CheckOperationsVerbose(modelPorcupine, h.ops, 30*time.Second)
+	res, info := porcupine.CheckOperationsVerbose(modelPorcupine, h.ops, 60*time.Second)
 	t.Logf("porcupine: %v in %v", res, time.Since(began).Round(time.Millisecond))
 	switch res {
 	case porcupine.Ok:
