@@ -337,20 +337,25 @@ func (s *leaseStore) acquireTTL(ctx context.Context, k dbKey, token []byte, ttl 
 // catalogued script answers 1 then, 0 otherwise.
 func (s *leaseStore) release(ctx context.Context, k dbKey, token []byte) (deleted, done bool, err error) {
 	var locked bool
-	var typed *bool
 	err = s.b.pool.QueryRow(ctx, `WITH l AS MATERIALIZED (
 			SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, $1::int::bigint)) AS ok),
 		d AS (DELETE FROM `+s.b.table+` t USING l
 			WHERE l.ok AND t.db = $1 AND t.key = $2 AND t.token = $4 AND t.kind = 0
 				AND `+leaseLive("t.deadline_ms")+`
 			RETURNING 1)
-		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM d),
-			CASE WHEN NOT EXISTS (SELECT 1 FROM d) THEN EXISTS (SELECT 1 FROM `+s.b.table+` t
-				WHERE t.db = $1 AND t.key = $2 AND t.kind <> 0 AND `+leaseLive("t.deadline_ms")+`) END`,
-		k.db, []byte(k.key), hashText(k.key), nonNil(token)).Scan(&locked, &deleted, &typed)
+		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM d)`,
+		k.db, []byte(k.key), hashText(k.key), nonNil(token)).Scan(&locked, &deleted)
 	done, err = s.fastResult(ctx, locked, err)
-	if typed != nil && *typed && err == nil {
-		return false, false, nil // the script's GET meets another type: WRONGTYPE, the general path's
+	if done && err == nil && !deleted {
+		// Nothing deleted (the rare case of a lock cycle): a value of
+		// another type makes the script's GET answer WRONGTYPE, the
+		// general path's to give.
+		var typed bool
+		if s.b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.b.table+` t
+			WHERE t.db = $1 AND t.key = $2 AND t.kind <> 0 AND `+leaseLive("t.deadline_ms")+`)`,
+			k.db, []byte(k.key)).Scan(&typed) != nil || typed {
+			return false, false, nil
+		}
 	}
 	return deleted, done, err
 }
