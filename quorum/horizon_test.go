@@ -225,37 +225,14 @@ func TestUptimeBelowHorizonQuarantined(t *testing.T) {
 // forward) would let it cast two votes: New refuses, naming both.
 func TestSameRedisTwiceRefused(t *testing.T) {
 	nodes := startNodes(t, 2)
-	fwd := forward(t, nodes[0].Addr)
+	fwd := forward(t, nodes[0].Addr, func(c, u net.Conn) {
+		go func() { io.Copy(u, c); u.Close() }()
+		go func() { io.Copy(c, u); c.Close() }()
+	})
 	_, err := quorum.New(quorum.Config{Nodes: []string{nodes[0].Addr, nodes[1].Addr, fwd}, NodeTimeout: testTimeout})
 	if err == nil || !strings.Contains(err.Error(), nodes[0].Addr) || !strings.Contains(err.Error(), fwd) || !strings.Contains(err.Error(), "run_id") {
 		t.Fatalf("New with one Redis twice = %v; want an error naming %s and %s", err, nodes[0].Addr, fwd)
 	}
-}
-
-// forward accepts on a loopback port and copies every connection to addr.
-func forward(t *testing.T, addr string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", addr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
-		}
-	}()
-	return ln.Addr().String()
 }
 
 func TestNodeListValidated(t *testing.T) {

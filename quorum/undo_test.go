@@ -23,13 +23,16 @@ type freezer struct {
 	conns []*atomic.Bool
 }
 
-func startFreezer(t *testing.T, target string) *freezer {
+// forward listens on a loopback port and, for each connection accepted,
+// dials target and hands both to handle (on the accepting goroutine: it
+// starts its own). It returns the address to dial.
+func forward(t *testing.T, target string, handle func(c, u net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	f := &freezer{addr: ln.Addr().String()}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -41,28 +44,36 @@ func startFreezer(t *testing.T, target string) *freezer {
 				c.Close()
 				continue
 			}
-			frozen := &atomic.Bool{}
-			f.mu.Lock()
-			f.conns = append(f.conns, frozen)
-			f.mu.Unlock()
-			pipe := func(dst, src net.Conn) {
-				defer dst.Close()
-				defer src.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := src.Read(buf)
-					if n > 0 && !frozen.Load() {
-						dst.Write(buf[:n])
-					}
-					if err != nil {
-						return
-					}
-				}
-			}
-			go pipe(u, c)
-			go pipe(c, u)
+			handle(c, u)
 		}
 	}()
+	return ln.Addr().String()
+}
+
+func startFreezer(t *testing.T, target string) *freezer {
+	f := &freezer{}
+	f.addr = forward(t, target, func(c, u net.Conn) {
+		frozen := &atomic.Bool{}
+		f.mu.Lock()
+		f.conns = append(f.conns, frozen)
+		f.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			defer dst.Close()
+			defer src.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := src.Read(buf)
+				if n > 0 && !frozen.Load() {
+					dst.Write(buf[:n])
+				}
+				if err != nil {
+					return
+				}
+			}
+		}
+		go pipe(u, c)
+		go pipe(c, u)
+	})
 	return f
 }
 

@@ -433,23 +433,9 @@ type heldConn struct {
 
 func startHoldProxy(t *testing.T, target string) *holdProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	p := &holdProxy{addr: ln.Addr().String()}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
+	p := &holdProxy{}
+	p.addr = forward(t, target, func(c, u net.Conn) {
+		{
 			hc := &heldConn{c: c}
 			p.mu.Lock()
 			p.conns = append(p.conns, hc)
@@ -487,7 +473,7 @@ func startHoldProxy(t *testing.T, target string) *holdProxy {
 				}
 			}()
 		}
-	}()
+	})
 	return p
 }
 
