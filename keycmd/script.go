@@ -22,20 +22,12 @@ type ScriptCaller struct {
 	KS backend.KeySpace
 	DB int
 	RO bool
-	// Strings is set when KS serves string values only (its Do refuses
-	// every command): a script that can call one of those is then refused
-	// before it runs.
-	Strings bool
 }
 
 // LockModelOnly tells luascripts' Runner that this Caller serves
 // lockproxy's commands only: a script that can send another command is
 // refused before it runs, as on every backend (luascripts/refuse.go).
 func (c *ScriptCaller) LockModelOnly() bool { return true }
-
-// StringsOnly tells luascripts' Runner that this Caller serves string
-// values only (Strings).
-func (c *ScriptCaller) StringsOnly() bool { return c.Strings }
 
 // Call runs one command for the script.
 func (c *ScriptCaller) Call(ctx context.Context, args [][]byte) (backend.Value, error) {
@@ -51,9 +43,6 @@ func (c *ScriptCaller) Call(ctx context.Context, args [][]byte) (backend.Value, 
 		}
 		if NotInScripts(cmd.Name) {
 			return backend.Value{}, backend.Reply(NotInScriptsMsg(cmd.Name))
-		}
-		if c.Strings && BeyondStrings(cmd.Name) {
-			return backend.Value{}, backend.Reply(NotServedHereMsg(cmd.Name, "backend"))
 		}
 		return cmd.run(ctx, c.KS, c.DB, args)
 	}

@@ -36,11 +36,6 @@ import (
 // command it does not serve.
 type lockModel interface{ LockModelOnly() bool }
 
-// stringsOnly is a Caller whose backend serves string values only
-// (postgres, a migrating proxy, until they serve the other types): Run
-// refuses a script that can send a command of those types too.
-type stringsOnly interface{ StringsOnly() bool }
-
 // refusal returns the error for a script that can send a command
 // lockproxy does not serve (with strings, a command of the value types
 // beyond strings too), or nil.

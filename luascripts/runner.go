@@ -163,11 +163,6 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	if err != nil {
 		return backend.Value{}, err
 	}
-	if p.refusedStrings != nil {
-		if m, ok := c.(stringsOnly); ok && m.StringsOnly() {
-			return backend.Value{}, p.refusedStrings
-		}
-	}
 	if p.refused != nil {
 		if m, ok := c.(lockModel); ok && m.LockModelOnly() {
 			return backend.Value{}, p.refused
