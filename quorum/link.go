@@ -69,9 +69,12 @@ const (
 )
 
 // undoRec is an owner-checked delete: key is removed if it holds token;
-// or, with a token made by valueChange.token, an owner-checked restore of
-// a key's value from before a script (values.go).
-type undoRec struct{ key, token string }
+// or, with restore set (token valuesToken), an owner-checked restore of a
+// key's value from before a script (values.go).
+type undoRec struct {
+	key, token string
+	restore    *valueChange
+}
 
 // call is one operation's request to one node: n replies expected.
 type call struct {
@@ -235,9 +238,8 @@ func replaceRequest(kill []int64, redo []undoRec) resp.Request {
 		c.ArgInt(k)
 	}
 	for _, u := range redo {
-		if rc, ok := parseRestore(u.token); ok {
-			rc.key = u.key
-			rc.appendRestore(&c)
+		if u.restore != nil {
+			u.restore.appendRestore(&c)
 			continue
 		}
 		c.Strs("eval", delIfScript.src, "1", u.key, u.token, "eq")

@@ -1,7 +1,6 @@
 package quorum
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -57,10 +56,7 @@ func (p *pendingUndos) add(line *link, node, db int, us []undoRec, d int) {
 		p.m = make(map[pendingKey][]lineCount)
 	}
 	for _, u := range us {
-		k := pendingKey{node, db, u.key, u.token}
-		if strings.HasPrefix(u.token, valuesToken) {
-			k.token = valuesToken // any restore of the key: a values write holds back for each (values.go)
-		}
+		k := pendingKey{node, db, u.key, u.token} // a restore's token is valuesToken: a values write holds back for each (values.go)
 		lines := p.m[k]
 		j := 0
 		for j < len(lines) && lines[j].line != line {

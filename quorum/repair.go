@@ -2,7 +2,6 @@ package quorum
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +147,7 @@ func (b *Backend) repairKey(rk repairKey) bool {
 	if !ok {
 		return false
 	}
-	if held.Kind == backend.KindError && strings.HasPrefix(string(held.Str), "WRONGTYPE") {
+	if held.Kind == backend.KindError && string(held.Str) == backend.MsgWrongType {
 		return b.repairValue(ctx, rk) // a hash, a sorted set …: values.go's
 	}
 	if held.Kind != backend.KindBulk {

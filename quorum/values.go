@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
@@ -71,61 +70,10 @@ type valueChange struct {
 	at        int64
 }
 
-// valuesToken stands for every restore of a key in pendingUndos: a script
-// watched by values may write any value there (req.writes).
+// valuesToken is the token of every restore of a key (undoRec.restore) in
+// pendingUndos: a script watched by values may write any value there
+// (req.writes), and is held back by each.
 const valuesToken = "\x00lockproxy:restore\x00"
-
-// token encodes c as an undoRec's token, which a connection that breaks
-// before the restore is answered sends again (link.connect): valuesToken,
-// then the lengths and bytes of post and pre, then at.
-func (c valueChange) token() string {
-	var b strings.Builder
-	b.Grow(len(valuesToken) + len(c.post) + len(c.pre) + 48)
-	b.WriteString(valuesToken)
-	b.WriteString(strconv.Itoa(len(c.post)))
-	b.WriteByte(':')
-	b.Write(c.post)
-	b.WriteString(strconv.Itoa(len(c.pre)))
-	b.WriteByte(':')
-	b.Write(c.pre)
-	b.WriteString(strconv.FormatInt(c.at, 10))
-	return b.String()
-}
-
-// parseRestore reads a token made by valueChange.token; ok is false for
-// any other token (an owner-checked delete's). A client's token that
-// starts with valuesToken and parses whole would be taken for a restore,
-// whose DUMP check then finds nothing of the sort.
-func parseRestore(tok string) (c valueChange, ok bool) {
-	rest, ok := strings.CutPrefix(tok, valuesToken)
-	if !ok {
-		return c, false
-	}
-	field := func() ([]byte, bool) {
-		ns, after, found := strings.Cut(rest, ":")
-		n, err := strconv.Atoi(ns)
-		if !found || err != nil || n < 0 || n > len(after) {
-			return nil, false
-		}
-		rest = after[n:]
-		return []byte(after[:n]), true
-	}
-	var ok1, ok2 bool
-	c.post, ok1 = field()
-	c.pre, ok2 = field()
-	at, err := strconv.ParseInt(rest, 10, 64)
-	if !ok1 || !ok2 || err != nil {
-		return valueChange{}, false
-	}
-	if len(c.post) == 0 {
-		c.post = nil
-	}
-	if len(c.pre) == 0 {
-		c.pre = nil
-	}
-	c.at = at
-	return c, true
-}
 
 // restoreRequest is the owner-checked restore of changes on one node: one
 // script call for all of them (EVAL: rare, not worth a NOSCRIPT round),
@@ -137,7 +85,7 @@ func restoreRequest(changes []valueChange) *req {
 	for i, c := range changes {
 		keys[i] = c.key
 		args = append(args, c.post, c.pre, strconv.AppendInt(nil, max(c.at, 0), 10))
-		r.undo = append(r.undo, undoRec{key: c.key, token: c.token()})
+		r.undo = append(r.undo, undoRec{key: c.key, token: valuesToken, restore: &changes[i]})
 	}
 	runScript(&r.cmds, restoreScript, true, keys, args...)
 	return r

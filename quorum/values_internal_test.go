@@ -1,33 +1,11 @@
 package quorum
 
 import (
-	"bytes"
 	"testing"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/resp"
 )
-
-// A restore kept for a later connection travels as an undoRec's token
-// (link.redo): it must come back whole, absent values included, and an
-// owner-checked delete's token must never read as one.
-func TestRestoreTokenRoundTrip(t *testing.T) {
-	for _, c := range []valueChange{
-		{key: "k", pre: []byte("\x00pre:12:x"), post: []byte("post\x00\xff"), at: 1700000000123},
-		{key: "k", pre: nil, post: []byte("p"), at: -2},
-		{key: "k", pre: []byte("12:34"), post: nil, at: -1},
-	} {
-		got, ok := parseRestore(c.token())
-		got.key = c.key
-		if !ok || !bytes.Equal(got.pre, c.pre) || !bytes.Equal(got.post, c.post) || got.at != c.at || (got.pre == nil) != (c.pre == nil) || (got.post == nil) != (c.post == nil) {
-			t.Errorf("parseRestore(token(%+v)) = %+v, %v", c, got, ok)
-		}
-	}
-	for _, tok := range []string{"tok", "", valuesToken, valuesToken + "5:ab", valuesToken + "x:1:a0:"} {
-		if c, ok := parseRestore(tok); ok {
-			t.Errorf("parseRestore(%q) = %+v; want no restore", tok, c)
-		}
-	}
-}
 
 // execReplies hands on EXEC's array as the commands' own replies; a
 // transaction that did not run is one reply, its first error.
@@ -68,5 +46,30 @@ func TestReadValues(t *testing.T) {
 	}
 	if _, ok := readValues(keys, vals[:5]); ok {
 		t.Error("readValues of a short reply: ok")
+	}
+}
+
+// A restore kept for a later connection (link.redo) is sent there as the
+// restore of its own key with its own DUMPs, and an owner-checked delete
+// as the delete it is: the undoRec carries the restore, not its token.
+func TestReplaceRequestRedoesRestores(t *testing.T) {
+	c := valueChange{key: "sem", pre: []byte("\x00pre"), post: []byte("post\xff"), at: 1700000000123}
+	r := restoreRequest([]valueChange{c})
+	redo := append(r.undo, undoRec{key: "lock", token: "tok"})
+	req := replaceRequest([]int64{7}, redo)
+	if req.N != 3 {
+		t.Fatalf("replace request has %d commands; want 3 (kill, restore, delete)", req.N)
+	}
+	want := [][]string{
+		{"client", "kill", "id", "7"},
+		{"eval", restoreScript.src, "1", "sem", "post\xff", "\x00pre", "1700000000123"},
+		{"eval", delIfScript.src, "1", "lock", "tok", "eq"},
+	}
+	var exp resp.Request
+	for _, w := range want {
+		exp.Strs(w...)
+	}
+	if string(req.B) != string(exp.B) {
+		t.Errorf("replace request =\n%q\nwant\n%q", req.B, exp.B)
 	}
 }
