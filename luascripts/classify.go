@@ -96,12 +96,16 @@ import (
 // unwatched (a Guarded call's own run, argued above, is about the one
 // state that matters, with that call's ARGV).
 //
-// Values. A script whose text can write a hash, a sorted set, a set or a
-// list (or move a key whole, or whose commands cannot be read off its
-// text) gets the WritesValues mark beside its class, from the static half
-// alone. Such a script can change a key that exists without creating it
-// (a semaphore adds its member beside the others'), which no class here
-// speaks of: the quorum backend watches it by value whatever its class.
+// Values. A script that may create a key (Acquire, Guarded, Other) and
+// whose text can write a hash, a sorted set, a set or a list (or move a
+// key whole, or whose commands cannot be read off its text) gets the
+// WritesValues mark beside its class, from the static half alone. Such a
+// script can change a key that exists without creating it (a semaphore
+// adds its member beside the others'), which no class here speaks of: the
+// quorum backend watches it by value. A script that creates nothing (an
+// extend, a release) gets no mark and keeps its class's watch, as a
+// string one does: its lost attempt is not put back, even one that
+// changed a value that existed (a refresh's new score).
 //
 // Caching (Classes) is by SHA1 and the numbers of KEYS and ARGV, bounded
 // at 4096 entries (then it starts over). The static half depends on the
@@ -181,8 +185,9 @@ func (c Class) SetsNoExpiry() bool { return c.kind() == ReadOnly || c.kind() == 
 // COPY), or its commands cannot be read off its text. Counters (INCR …)
 // are strings and do not count. A script that may, can change a key that
 // already exists without creating it (a semaphore adds its member to the
-// others'), which "creates nothing" does not cover: the quorum backend
-// watches such a script's values whatever its class says.
+// others'): the quorum backend watches such a script's values. Only the
+// classes that may create a key carry the mark (see the top of this
+// file).
 func (c Class) WritesValues() bool { return c&valuesBit != 0 }
 
 // probeNow is the probes' stopped clock, and probeTTL the TTL a probe

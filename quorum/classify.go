@@ -67,8 +67,8 @@ func (b *Backend) watchCached(s backend.Script, keys []string, args [][]byte, ro
 func watchFor(c luascripts.Class) scriptWatch {
 	switch {
 	case c.WritesValues():
-		// Before "creates nothing": that says no key is created, and such a
-		// script can change one that exists (a reentrant HINCRBY).
+		// It may create a key and change one that exists (a semaphore's
+		// ZADD beside the others' members, a reentrant HINCRBY).
 		return watchValues
 	case c.SetsNoExpiry():
 		return watchNone
