@@ -42,18 +42,18 @@ type leaseTx struct {
 	conn   *pgxpool.Conn
 	keys   []dbKey
 	states map[dbKey]state
-	// sent is PostgreSQL's now() (the transaction's start, Unix ms): the
+	// pgNow is PostgreSQL's now() (the transaction's start, Unix ms): the
 	// operation runs at it, so deadlines load and store as the rows hold
 	// them (an absolute expiry reads back to the millisecond), a TTL
 	// counts from the transaction's start (after the client sent the
 	// command: it ends up to a round trip late, never early), and a PTTL
 	// read at once never exceeds the TTL just set.
-	sent int64
+	pgNow int64
 }
 
 func (t *leaseTx) before() map[dbKey]state { return t.states }
 
-func (t *leaseTx) clock() time.Time { return time.UnixMilli(t.sent) }
+func (t *leaseTx) clock() time.Time { return time.UnixMilli(t.pgNow) }
 
 func (s *leaseStore) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 	conn, err := s.b.pool.Acquire(ctx)
@@ -100,7 +100,7 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 	if _, err := br.Exec(); err != nil {
 		return false, err
 	}
-	if err := br.QueryRow().Scan(&t.sent); err != nil {
+	if err := br.QueryRow().Scan(&t.pgNow); err != nil {
 		return false, err
 	}
 	all := true
@@ -123,7 +123,7 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 			return false, err
 		case dl == nil:
 			t.states[k] = state{present: true, kind: uint8(kind), token: tok}
-		case *dl > t.sent:
+		case *dl > t.pgNow:
 			t.states[k] = state{present: true, kind: uint8(kind), token: tok, deadline: *dl}
 		default:
 			t.states[k] = state{}
@@ -133,7 +133,7 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 }
 
 // commit writes the changed rows and commits, their deadlines as the
-// operation left them (on PostgreSQL's clock: sent).
+// operation left them (on PostgreSQL's clock: pgNow).
 func (t *leaseTx) commit(ctx context.Context, after map[dbKey]state) error {
 	defer t.conn.Release()
 	var pb pgx.Batch
