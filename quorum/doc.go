@@ -20,13 +20,11 @@
 //     told, what it changed is put back to the node's state before it,
 //     only while nothing else changed the key since (late replies too).
 //   - This proxy's operations on one key are sent one at a time: each
-//     holds its keys' stripes from send to decision (stripe.go), and
-//     reaches every node after the one before it on the same loop
-//     (blocking callers use one loop per key: ownLoop). One sent on
-//     another loop may overtake a late one on a slow node (docs/quorum.md
-//     says what that costs). No write of a key and token goes to a node
-//     while an undo of that pair is pending there on another connection
-//     (pending.go).
+//     holds its keys' stripes from send to decision (stripe.go). Every
+//     node runs the writes of a key in the order they were decided: a
+//     write goes to a node only on the connection that carries the node's
+//     unanswered writes of the key, if any; from another loop it leaves
+//     the node out, and the key is repaired there afterwards (order.go).
 //   - A key a lost connection or a late reply may have left on a node is
 //     repaired once the node is reachable, deleted there only when Q other
 //     nodes answered without it: no majority can see it (repair.go). A

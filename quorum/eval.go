@@ -274,13 +274,6 @@ func evalRequest(s backend.Script, keys []string, args [][]byte, ro, watch, eval
 	}
 	mget := 0
 	if watch {
-		// A script that may create a key writes one of its ARGV there
-		// (createdKeys): each key with each argument may be a token.
-		for _, k := range keys {
-			for _, a := range args {
-				r.writes = append(r.writes, undoRec{key: k, token: string(a)})
-			}
-		}
 		r.cmds.Cmd(1 + len(keys))
 		r.cmds.Arg("mget")
 		for _, k := range keys {

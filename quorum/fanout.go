@@ -39,9 +39,6 @@ type req struct {
 	// exec: cmds are one MULTI … EXEC; the node's replies are handed on
 	// as the queued commands' own (execReplies).
 	exec bool
-	// writes are the key and token pairs the request may write: not sent
-	// to a node where a delete of one is pending (pendingUndos).
-	writes []undoRec
 }
 
 // op collects one operation's node replies, delivered on the loop that
@@ -120,7 +117,6 @@ var (
 	errQuarantined = errors.New("quorum: node quarantined after a restart")
 	errNodeTimeout = errors.New("quorum: node timeout")
 	errNotSent     = errors.New("quorum: nothing to send to this node")
-	errUndoPending = errors.New("quorum: an undo of this token is still pending on this node")
 )
 
 // fanout sends each node its request (reqFor; nil sends nothing) and waits
@@ -252,10 +248,11 @@ func (o *op) dropQuarantined(b *Backend) {
 
 // countFailures counts, per node, the operations it failed: no reply, or
 // one about the node (nodeReply.failed); not a node left out by its
-// quarantine or sent nothing, nor one whose client went away.
+// quarantine, sent nothing or behind (its late call counted), nor one
+// whose client went away.
 func (b *Backend) countFailures(replies []nodeReply) {
 	for i, r := range replies {
-		if r.failed() && r.err != errQuarantined && r.err != errNotSent && !errors.Is(r.err, context.Canceled) {
+		if r.failed() && r.err != errQuarantined && r.err != errNotSent && r.err != errBehind && !errors.Is(r.err, context.Canceled) {
 			b.nodes[i].failures.Add(1)
 		}
 	}

@@ -42,15 +42,16 @@ type link struct {
 	replies prometheus.Observer // each call's reply time
 	onRunID func(string)        // told each new connection's run_id before it carries anything
 	node    int                 // the node's place in Backend.nodes
-	undos   *pendingUndos       // told of each undo answered, dropped or sent again
 	repairs *repairQueue        // told the keys of calls its broken connection leaves unanswered
+	order   orderHolds          // told when the writes a broken connection left unanswered can no longer run
 	ctx     context.Context     // ends at Close: stops connection set-up
 
 	mu     sync.Mutex
-	connID int64     // the node's ID of the current connection
-	kill   []int64   // IDs of replaced connections, to kill before anything else
-	redo   []undoRec // owner-checked deletes whose outcome is unknown
-	runID  string    // the node process the IDs in kill belong to
+	connID int64        // the node's ID of the current connection
+	kill   []int64      // IDs of replaced connections, to kill before anything else
+	redo   []undoRec    // owner-checked deletes whose outcome is unknown
+	held   stripeCounts // the writes left unanswered on connections to kill, by stripe (order.go)
+	runID  string       // the node process the IDs in kill belong to
 }
 
 type linkState uint8
@@ -69,7 +70,7 @@ const (
 )
 
 // undoRec is an owner-checked delete: key is removed if it holds token;
-// or, with restore set (token valuesToken), an owner-checked restore of a
+// or, with restore set, an owner-checked restore of a
 // key's value from before a script (values.go).
 type undoRec struct {
 	key, token string
@@ -87,6 +88,7 @@ type call struct {
 	repair   []string  // the keys a lock operation's call touches: repaired if its connection breaks unanswered (repair.go)
 	sent     time.Time
 	finished bool // answered or failed (on its loop)
+	holds    bool // it holds its keys' stripes on its node until answered (order.go)
 	exec     bool // a MULTI … EXEC: its replies are EXEC's (req.exec)
 }
 
@@ -112,9 +114,7 @@ func overdueGrace(cfg *Config) time.Duration { return max(time.Second, 4*cfg.Nod
 func (s *link) keepUndo(cl *call) {
 	if len(cl.undo) > 0 && len(s.redo) < maxRedo {
 		s.redo = append(s.redo, cl.undo...)
-		return
 	}
-	s.undos.add(s, s.node, s.db, cl.undo, -1) // dropped: it will not run
 }
 
 // retire forgets the current connection, whose unanswered calls are
@@ -127,6 +127,7 @@ func (s *link) retire(calls []*call) {
 	}
 	for _, cl := range calls {
 		cl.finished = true
+		cl.keep(&s.held)
 		s.keepUndo(cl)
 		s.repairs.add(s.node, s.db, cl.repair)
 	}
@@ -178,19 +179,18 @@ func (s *link) connect() (net.Conn, *resp.Reader, error) {
 	runID := infoField(string(vals[1].Str), "run_id")
 
 	s.mu.Lock()
-	kill, redo := s.kill, s.redo
+	kill, redo, held := s.kill, s.redo, s.held
 	if runID != s.runID {
 		kill = nil // the process that had them is gone, and so are they
 	}
-	s.kill, s.redo = nil, nil
+	s.kill, s.redo, s.held = nil, nil, stripeCounts{}
 	s.mu.Unlock()
 	putBack := func() {
 		s.mu.Lock()
 		s.kill = append(append(s.kill, kill...), id) // this one too: it may carry undos
+		s.held.merge(&held)
 		if len(s.redo) < maxRedo {
 			s.redo = append(s.redo, redo...)
-		} else {
-			s.undos.add(s, s.node, s.db, redo, -1) // dropped: they will not run
 		}
 		s.runID = runID
 		s.mu.Unlock()
@@ -215,7 +215,7 @@ func (s *link) connect() (net.Conn, *resp.Reader, error) {
 		putBack()
 		return nil, nil, fmt.Errorf("connection setup: %w", context.DeadlineExceeded)
 	}
-	s.undos.add(s, s.node, s.db, redo, -1) // they ran before this connection carries anything
+	held.releaseTo(s.order, s.node) // the undos ran, and what the killed connections carried can run no more
 	if s.onRunID != nil {
 		s.onRunID(runID) // a restarted node is quarantined before this connection carries a vote
 	}

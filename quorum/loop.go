@@ -198,7 +198,7 @@ func (ql *qloop) node(i, db int) *lnode {
 	n := ql.b.nodes[i]
 	ln := &lnode{ql: ql, i: i, state: connecting, tried: make(chan struct{}),
 		lk: &link{addr: n.addr, db: db, opt: n.opt, cfg: &ql.b.cfg, replies: n.replies, onRunID: n.onRunID, ctx: ql.ctx,
-			node: i, undos: &ql.b.pending, repairs: &ql.b.repairs}}
+			node: i, repairs: &ql.b.repairs, order: ql.b.order}}
 	ql.nodes[i][db] = ln
 	if ql.closed {
 		ln.state, ln.err = closed, errClosed

@@ -80,6 +80,7 @@ func (ln *lnode) send(cl *call, buf []byte) {
 		err = ln.err
 		ln.lk.mu.Lock()
 		ln.lk.keepUndo(cl)
+		cl.keep(&ln.lk.held) // its undo may run on the next connection, before it carries anything
 		ln.lk.mu.Unlock()
 	case len(ln.pending)-ln.head >= maxPending && len(cl.undo) == 0:
 		// Undos are queued even then: kept for a later connection, one
@@ -88,6 +89,7 @@ func (ln *lnode) send(cl *call, buf []byte) {
 	}
 	if err != nil {
 		cl.finished = true
+		cl.release(ln.ql.b.order) // never written (unless kept above)
 		cl.o.deliver(cl.node, nil, err)
 		return
 	}
@@ -174,7 +176,7 @@ func (ln *lnode) traffic(in []byte) int {
 			now = time.Now() // once per read: the replies in it arrived together
 		}
 		ln.lk.replies.Observe(now.Sub(cl.sent).Seconds())
-		ln.lk.undos.add(ln.lk, ln.lk.node, ln.lk.db, cl.undo, -1)
+		cl.release(ln.ql.b.order)
 		cl.o.deliver(cl.node, cl.vals, nil)
 		if ln.cur == nil { // the delivery broke the connection (a retry that found it overdue)
 			return len(in)

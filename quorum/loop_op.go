@@ -107,9 +107,15 @@ func (ql *qloop) runOp(lo *lop, reqFor func(int) *req, deadline time.Time) {
 }
 
 func (lo *lop) send(i int, r *req) {
+	b := lo.ql.b
 	ln := lo.ql.node(i, lo.db)
-	if lo.ql.b.pending.blocks(ln.lk, i, lo.db, r.writes) {
-		lo.op.deliver(i, nil, errUndoPending)
+	var sb [2]uint8
+	held := writeStripes(sb[:0], r.repair, r.undo)
+	if len(held) > 0 && !b.order.take(i, ln.lk, held) {
+		// The node has unanswered writes of these keys on another line:
+		// left out, and brought in line once it has caught up (order.go).
+		b.repairs.add(i, lo.db, r.orderKeys())
+		lo.op.deliver(i, nil, errBehind)
 		return
 	}
 	var cl *call
@@ -120,9 +126,9 @@ func (lo *lop) send(i int, r *req) {
 		cl = &call{vals: make([]backend.Value, 0, r.cmds.N)}
 	}
 	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.repair, cl.sent, cl.exec = &lo.op, ln, i, r.cmds.N, r.undo, r.repair, lo.sentAt, r.exec
+	cl.holds = len(held) > 0
 	lo.calls[i] = cl
 	lo.quiet = lo.quiet || r.quiet
-	lo.ql.b.pending.add(ln.lk, i, lo.db, r.undo, 1)
 	ln.send(cl, r.cmds.B)
 }
 

@@ -70,7 +70,7 @@ func scriptFallback(s *nodeScript, keys []string, args ...[]byte) func(int, node
 		if r.err != nil || len(r.vals) != 1 || !noScript(r.vals[0]) {
 			return nil
 		}
-		nr := &req{}
+		nr := &req{repair: keys} // a write of keys, as the request it replaces (order.go)
 		runScript(&nr.cmds, s, true, keys, args...)
 		return nr
 	}
@@ -280,17 +280,15 @@ func setExpiry(o backend.SetOptions) (mode string, val int64, ttl time.Duration)
 // building one is one allocation (plus the token's string), not five.
 type setReq struct {
 	req
-	w [1]undoRec
 	k [1]string
 	b [128]byte
 }
 
 func setRequest(key string, token []byte, o backend.SetOptions, plain bool, mode string, val int64) (*req, func(int, nodeReply) *req) {
 	sr := &setReq{}
-	sr.w[0] = undoRec{key: key, token: string(token)}
 	sr.k[0] = key
 	r := &sr.req
-	r.writes, r.repair = sr.w[:], sr.k[:]
+	r.repair = sr.k[:]
 	if n := len(key) + len(token) + 64; n <= len(sr.b) {
 		r.cmds.B = sr.b[:0]
 	} else {
@@ -463,9 +461,16 @@ func (b *Backend) voteOne(replies []nodeReply) (backend.Value, bool) {
 	return b.voteValue(vals, ok)
 }
 
-// do runs one command on every node.
+// do runs one command that writes nothing on every node.
 func (b *Backend) do(ctx context.Context, db int, args ...string) []nodeReply {
-	r := &req{}
+	return b.write(ctx, db, nil, args...)
+}
+
+// write runs one command that writes keys on every node: it goes to each
+// node in the keys' order and is repaired where it may have run unseen
+// (order.go, repair.go).
+func (b *Backend) write(ctx context.Context, db int, keys []string, args ...string) []nodeReply {
+	r := &req{repair: keys}
 	r.cmds.Strs(args...)
 	key := ""
 	if len(args) > 1 {
@@ -474,9 +479,8 @@ func (b *Backend) do(ctx context.Context, db int, args ...string) []nodeReply {
 	return b.fanout(ctx, db, key, same(r), nil)
 }
 
-// voteInt runs an integer command everywhere and returns what Q nodes said.
-func (b *Backend) voteInt(ctx context.Context, db int, args ...string) (int64, error) {
-	replies := b.do(ctx, db, args...)
+// voteInt returns the integer Q nodes answered.
+func (b *Backend) voteInt(replies []nodeReply) (int64, error) {
 	v, ok := b.voteOne(replies)
 	if !ok {
 		return 0, b.errNoQuorum(replies)
@@ -535,7 +539,7 @@ func (b *Backend) getOutcome(replies []nodeReply) ([]byte, bool, error) {
 // Del implements backend.KeySpace.
 func (b *Backend) Del(ctx context.Context, db int, keys []string) (int64, error) {
 	defer b.lockKeys(keys...)()
-	return b.voteInt(ctx, db, append([]string{"del"}, keys...)...)
+	return b.voteInt(b.write(ctx, db, keys, append([]string{"del"}, keys...)...))
 }
 
 // DelIf implements backend.KeySpace: an owner-checked release needs Q
@@ -550,7 +554,7 @@ func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Co
 
 // Exists implements backend.KeySpace.
 func (b *Backend) Exists(ctx context.Context, db int, keys []string) (int64, error) {
-	return b.voteInt(ctx, db, append([]string{"exists"}, keys...)...)
+	return b.voteInt(b.do(ctx, db, append([]string{"exists"}, keys...)...))
 }
 
 // PTTL implements backend.KeySpace: -2 or -1 when a majority says so;
@@ -602,7 +606,7 @@ func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expi
 	}
 	defer b.lockKeys(key)()
 	start := time.Now()
-	ok, err := b.voteBool(b.do(ctx, db, args...))
+	ok, err := b.voteBool(b.write(ctx, db, []string{key}, args...))
 	if ok && ttl > 0 {
 		b.noteTTL(ttl)
 		ok = time.Since(start)+b.drift(ttl) < ttl
@@ -613,7 +617,7 @@ func (b *Backend) Expire(ctx context.Context, db int, key string, e backend.Expi
 // Persist implements backend.KeySpace.
 func (b *Backend) Persist(ctx context.Context, db int, key string) (bool, error) {
 	defer b.lockKeys(key)()
-	return b.voteBool(b.do(ctx, db, "persist", key))
+	return b.voteBool(b.write(ctx, db, []string{key}, "persist", key))
 }
 
 // MSet implements backend.KeySpace.
@@ -628,7 +632,7 @@ func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool)
 		keys = append(keys, p.Key)
 	}
 	defer b.lockKeys(keys...)()
-	replies := b.do(ctx, db, args...)
+	replies := b.write(ctx, db, keys, args...)
 	if !nx {
 		if v, ok := b.voteOne(replies); ok && v.Kind != backend.KindError {
 			return true, nil

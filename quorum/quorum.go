@@ -74,7 +74,7 @@ type Backend struct {
 	hz      horizon                  // the horizon markers on the nodes (marker.go)
 
 	classes    luascripts.Classes // what each script does (classify.go)
-	pending    pendingUndos       // undos not known to have run (pending.go)
+	order      orderHolds         // each node's unanswered writes, by stripe (order.go)
 	lp         loops              // the event loops' node connections (loop.go)
 	late       lateWork           // work that must not block a loop or a reader: late undos, horizon raises
 	repairs    repairQueue        // keys whose node connection broke unanswered (repair.go)
@@ -111,7 +111,7 @@ func New(cfg Config) (*Backend, error) {
 	if err := checkNodeList(cfg.Nodes); err != nil {
 		return nil, err
 	}
-	b := &Backend{repairs: repairQueue{wake: make(chan struct{}, 1)}, cfg: cfg, q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram(), health: make([]health, len(cfg.Nodes))}
+	b := &Backend{repairs: repairQueue{wake: make(chan struct{}, 1)}, cfg: cfg, q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram(), health: make([]health, len(cfg.Nodes)), order: make(orderHolds, len(cfg.Nodes))}
 	for i, a := range cfg.Nodes {
 		opt, err := nodeOptions(a, cfg)
 		if err != nil {

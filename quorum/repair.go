@@ -140,6 +140,9 @@ func (b *Backend) repairKey(rk repairKey) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*b.cfg.NodeTimeout)
 	defer cancel()
 	defer b.lockKeys(rk.key)()
+	if b.order.behind(rk.node, rk.key) {
+		return false // its writes of the key not answered yet: read after them (order.go)
+	}
 	r := &req{quiet: true}
 	r.cmds.Strs("get", rk.key)
 	replies := b.fanout(ctx, rk.db, rk.key, same(r), nil)

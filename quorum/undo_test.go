@@ -94,10 +94,10 @@ func (f *freezer) freeze(first int) {
 // An undo that waits on one connection to a node (here loop A's, stuck)
 // must not delete the same token's later acquire that reached the node on
 // another connection (loop B's): clients retry with the same token. Loop B
-// may not write that token to that node while the undo is pending, so the
-// retry's OK rests on the other nodes, and no third client gets the lock
-// while the retry holds it (before pendingUndos, the undo ran when loop
-// A's connection came back and client C got OK).
+// may not write that key to that node while the undo is unanswered
+// (order.go), so the retry's OK rests on the other nodes, and no third
+// client gets the lock while the retry holds it (before, the undo ran when
+// loop A's connection came back and client C got OK).
 func TestStaleUndoAcrossLoops(t *testing.T) {
 	nodes := startNodes(t, 3)
 	fz := startFreezer(t, nodes[1].Addr)

@@ -70,11 +70,6 @@ type valueChange struct {
 	at        int64
 }
 
-// valuesToken is the token of every restore of a key (undoRec.restore) in
-// pendingUndos: a script watched by values may write any value there
-// (req.writes), and is held back by each.
-const valuesToken = "\x00lockproxy:restore\x00"
-
 // restoreRequest is the owner-checked restore of changes on one node: one
 // script call for all of them (EVAL: rare, not worth a NOSCRIPT round),
 // each sent again on a new connection if this one breaks unanswered.
@@ -85,7 +80,7 @@ func restoreRequest(changes []valueChange) *req {
 	for i, c := range changes {
 		keys[i] = c.key
 		args = append(args, c.post, c.pre, strconv.AppendInt(nil, max(c.at, 0), 10))
-		r.undo = append(r.undo, undoRec{key: c.key, token: valuesToken, restore: &changes[i]})
+		r.undo = append(r.undo, undoRec{key: c.key, restore: &changes[i]})
 	}
 	runScript(&r.cmds, restoreScript, true, keys, args...)
 	return r
@@ -116,10 +111,6 @@ func valuesRequest(s backend.Script, keys []string, args [][]byte, ro, eval bool
 		n += 16 + len(a)
 	}
 	r.cmds.B = make([]byte, 0, n)
-	r.writes = make([]undoRec, len(keys))
-	for i, k := range keys {
-		r.writes[i] = undoRec{key: k, token: valuesToken}
-	}
 	r.cmds.Strs("multi")
 	for _, k := range keys {
 		r.cmds.Strs("dump", k)

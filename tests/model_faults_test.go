@@ -77,8 +77,8 @@ func TestModelFaults(t *testing.T) {
 // check, with the tree it failed on.
 var modelFaultSeeds = []uint64{
 	1795641197258633571, // 14fd9a3: a told-granted late write repaired as "overtaken" (reverted)
-	1795653352341078331, // d74c22e, a two-core machine at load 8–16: not linearizable (open, issue 23)
-	1795653943474588334, // d74c22e, the same: not linearizable (open, issue 23)
+	1795653352341078331, // d74c22e: not linearizable, a write run out of order on a late node (order.go)
+	1795653943474588334, // d74c22e: the same
 }
 
 // modelHistory is what modelRecord saw: the operations, and the error

@@ -1,0 +1,157 @@
+package quorum_test
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/proxy"
+	"github.com/lockproxy/lockproxy/quorum"
+)
+
+// gate forwards connections to a node; hold keeps what the proxy sends on
+// some of them from the node (kept in order, replies pass), as a node
+// that has not read those sockets yet would; open delivers it and lets
+// the rest through.
+type gate struct {
+	addr  string
+	mu    sync.Mutex
+	conns []*gatedConn
+}
+
+type gatedConn struct {
+	mu   sync.Mutex
+	held bool
+	buf  []byte
+	up   net.Conn
+}
+
+func startGate(t *testing.T, target string) *gate {
+	g := &gate{}
+	g.addr = forward(t, target, func(c, u net.Conn) {
+		gc := &gatedConn{up: u}
+		g.mu.Lock()
+		g.conns = append(g.conns, gc)
+		g.mu.Unlock()
+		go func() { // proxy → node, held or not
+			defer u.Close()
+			defer c.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				gc.mu.Lock()
+				if gc.held {
+					gc.buf = append(gc.buf, buf[:n]...)
+				} else if n > 0 {
+					u.Write(buf[:n])
+				}
+				gc.mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+		go func() { // node → proxy
+			defer c.Close()
+			defer u.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := u.Read(buf)
+				if n > 0 {
+					c.Write(buf[:n])
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	})
+	return g
+}
+
+func (g *gate) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.conns)
+}
+
+// set holds (or opens) the connections from..to-1 (to < 0: every one).
+func (g *gate) set(from, to int, held bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if to < 0 {
+		to = len(g.conns)
+	}
+	for _, gc := range g.conns[from:to] {
+		gc.mu.Lock()
+		gc.held = held
+		if !held && len(gc.buf) > 0 {
+			gc.up.Write(gc.buf)
+			gc.buf = nil
+		}
+		gc.mu.Unlock()
+	}
+}
+
+// A node runs its connections' commands in the order it reads them, so a
+// write sent on one loop's connection can run before an earlier one still
+// waiting on another loop's: a state nobody was told of, on which that
+// node and a lagging one can agree. Here node 2 has not yet read loop A's
+// refused `SET k 1 NX`, nor node 0 loop B's release: before order.go, node
+// 2 ran the release (on loop B's connection) before the refused acquire,
+// which then wrote "1" there, and `SET k 1 XX` got OK from node 2 and from
+// node 0 (which still had "a") after the release was told 1: the key was
+// free, XX must not write it.
+func TestLateWritesAreNotVotes(t *testing.T) {
+	nodes := startNodes(t, 3)
+	g0, g2 := startGate(t, nodes[0].Addr), startGate(t, nodes[2].Addr)
+	b, err := quorum.New(quorum.Config{Nodes: []string{g0.addr, nodes[1].Addr, g2.addr}, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := g2.count() // the Backend's own loops' connections: the blocking path's
+	addr := testsrv.StartLockproxy(t, proxy.Config{DataPath: proxy.DataPathLoops, Loops: 2, BackendName: "quorum"}, b)
+	ctx := t.Context()
+	client := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2, PoolSize: 1})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	cA := client()
+	waitLoopReady(t, cA, b)
+	onA := g2.count()
+	cB := client()
+	waitLoopReady(t, cB, b)
+	if g0.count() <= onA || onA <= own {
+		t.Fatalf("connections to a node: %d own, then %d with loop A, %d with loop B: want more each time", own, onA, g0.count())
+	}
+	cB.Eval(ctx, releaseSrc, []string{"warm"}, "x") // classified: it runs on loop B from now on
+	for _, d := range directClients(t, nodes) {
+		d.Set(ctx, "k", "a", 30*time.Second)
+	}
+
+	g2.set(0, onA, true) // node 2 reads neither the own loops' nor loop A's connection
+	if ok, err := cA.SetNX(ctx, "k", "1", 30*time.Second).Result(); ok || err != nil {
+		t.Fatalf("SET k 1 NX on a key held by a = %v, %v; want nil (nodes 0 and 1 refuse)", ok, err)
+	}
+	g0.set(onA, -1, true) // node 0 does not read loop B's
+	rel, relErr := cB.Eval(ctx, releaseSrc, []string{"k"}, "a").Result()
+	t.Logf("release of a: %v, %v", rel, relErr)
+
+	xx := make(chan error, 1)
+	go func() { xx <- cA.Do(ctx, "set", "k", "1", "xx", "px", "30000").Err() }() // the blocking path: the own loops' connections
+	time.Sleep(100 * time.Millisecond)
+	g2.set(own, onA, false) // node 2 reads loop A's refused acquire
+	time.Sleep(100 * time.Millisecond)
+	g2.set(0, own, false) // and then the XX
+	xxErr := <-xx
+	g0.set(0, -1, false)
+	t.Logf("SET k 1 XX: %v", xxErr)
+	if rel == int64(1) && relErr == nil && xxErr == nil {
+		t.Fatal("the release of a was told 1, then SET k 1 XX answered OK: XX wrote a free key")
+	}
+}
