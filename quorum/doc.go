@@ -23,8 +23,9 @@
 //     holds its keys' stripes from send to decision (stripe.go). Every
 //     node runs the writes of a key in the order they were decided: a
 //     write goes to a node only on the connection that carries the node's
-//     unanswered writes of the key, if any; from another loop it leaves
-//     the node out, and the key is repaired there afterwards (order.go).
+//     unanswered writes of the key, if any; from another loop it waits
+//     for them, or leaves the node out and the key is repaired there
+//     afterwards (order.go).
 //   - A key a lost connection or a late reply may have left on a node is
 //     repaired once the node is reachable, deleted there only when Q other
 //     nodes answered without it: no majority can see it (repair.go). A

@@ -300,6 +300,13 @@ func (o *op) closeEarly() []nodeReply {
 	return o.replies // closed: deliver no longer writes them
 }
 
+// ended reports whether the operation stopped waiting for replies.
+func (o *op) ended() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.closed
+}
+
 // markLate awaits node i's reply after the end. Under o.mu.
 func (o *op) markLate(i int) {
 	if o.lateWait == nil {

@@ -23,6 +23,13 @@ const (
 	markerDB  = backend.Databases - 1
 )
 
+func directClient(t *testing.T, addr string, db int) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func markerClient(t *testing.T, addr string) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, DB: markerDB})
@@ -44,6 +51,18 @@ func TestHorizonSurvivesProxyRestart(t *testing.T) {
 	}
 	if res, err := b1.Set(ctx, 0, "lock:long", []byte("held"), acq(120*time.Second)); err != nil || !res.Written {
 		t.Fatalf("first SET NX PX 120000 = %+v, %v", res, err)
+	}
+	// The lock and the marker on all three nodes, as the issue has it: a
+	// majority answered, the third may be a moment behind.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, n := range nodes {
+		lock, marker := directClient(t, n.Addr, 0), markerClient(t, n.Addr)
+		for lock.Get(ctx, "lock:long").Val() != "held" || marker.HGet(ctx, markerKey, "ttl_ms").Val() != "120000" {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: the lock or the marker never arrived", n.Addr)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	b1.Close(ctx)
 	nodes[1].Restart()

@@ -89,6 +89,7 @@ type call struct {
 	sent     time.Time
 	finished bool // answered or failed (on its loop)
 	holds    bool // it holds its keys' stripes on its node until answered (order.go)
+	parked   bool // it waits for its node's earlier writes on another line (order.go)
 	exec     bool // a MULTI … EXEC: its replies are EXEC's (req.exec)
 }
 

@@ -194,7 +194,7 @@ func (ln *lnode) overdue(cl *call) {
 }
 
 func (ln *lnode) checkOverdue(cl *call) {
-	if !cl.finished && ln.state == up {
+	if !cl.finished && !cl.parked && ln.state == up {
 		ln.breakConn(errOverdue)
 	}
 }

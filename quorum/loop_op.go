@@ -107,17 +107,7 @@ func (ql *qloop) runOp(lo *lop, reqFor func(int) *req, deadline time.Time) {
 }
 
 func (lo *lop) send(i int, r *req) {
-	b := lo.ql.b
 	ln := lo.ql.node(i, lo.db)
-	var sb [2]uint8
-	held := writeStripes(sb[:0], r.repair, r.undo)
-	if len(held) > 0 && !b.order.take(i, ln.lk, held) {
-		// The node has unanswered writes of these keys on another line:
-		// left out, and brought in line once it has caught up (order.go).
-		b.repairs.add(i, lo.db, r.orderKeys())
-		lo.op.deliver(i, nil, errBehind)
-		return
-	}
 	var cl *call
 	if i < inlineNodes && lo.calls[i] == nil && r.cmds.N == 1 { // the first call to node i (a retry gets its own)
 		cl = &lo.cls[i]
@@ -126,7 +116,21 @@ func (lo *lop) send(i int, r *req) {
 		cl = &call{vals: make([]backend.Value, 0, r.cmds.N)}
 	}
 	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.repair, cl.sent, cl.exec = &lo.op, ln, i, r.cmds.N, r.undo, r.repair, lo.sentAt, r.exec
-	cl.holds = len(held) > 0
+	var sb [2]uint8
+	if held := writeStripes(sb[:0], r.repair, r.undo); len(held) > 0 {
+		// One order per key on each node (order.go).
+		switch lo.ql.b.order.take(i, ln, held, cl, r.cmds.B) {
+		case behind:
+			lo.ql.b.repairs.add(i, lo.db, r.orderKeys())
+			lo.op.deliver(i, nil, errBehind)
+			return
+		case waiting:
+			lo.calls[i] = cl
+			lo.quiet = lo.quiet || r.quiet
+			return
+		}
+		cl.holds = true
+	}
 	lo.calls[i] = cl
 	lo.quiet = lo.quiet || r.quiet
 	ln.send(cl, r.cmds.B)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 )
 
 // One order per key on every node. Each node must run this proxy's writes
@@ -20,46 +21,99 @@ import (
 //
 // So a write goes to a node only on the line that carries the node's
 // unanswered writes of its keys' stripes, if there are any: one line runs
-// in order. Where they travel on another line, the node is left out of
-// this operation (errBehind: neither a write nor a refusal, decided by
-// the others, as for a node that is down) and the keys are repaired on it
-// once it has caught up (repair.go): it runs a part of the history in the
-// history's order, never a reordering. A node that answers in time is
-// never behind; a paused one is left out of the keys it is behind on until
-// its replies come, as it would be if it were down.
+// in order. A write from another line waits until the node has answered
+// them (parked, sent on its own line then, in the order it was decided),
+// while the other nodes decide it; a healthy node answers within
+// microseconds, and a paused one runs the writes waiting for it, in order,
+// once it is back. Only where waiting costs more than it is worth — a
+// write of several stripes, or more than maxParked writes waiting for one
+// node's stripe — is the node left out (errBehind: neither a write nor a
+// refusal, decided by the others, as for a node that is down) and the keys
+// repaired on it once it has caught up (repair.go). Either way each node
+// runs a part of the history in the history's order, never a reordering.
 //
 // A write whose connection breaks unanswered may still run on the node
-// until the line's next connection has killed the old one (link.connect),
-// so its hold lasts until then. Reads neither hold nor wait: a decided
-// write ran on Q nodes, so Q replies that agree always include one that
-// ran it.
+// until the line's next connection has killed the old one, so its hold
+// lasts until then. Reads neither hold nor wait: a decided write ran on Q
+// nodes, so Q replies that agree always include one that ran it.
 
 // errBehind: the node has unanswered writes of these keys on another line.
 var errBehind = errors.New("quorum: node behind on these keys on another connection")
 
-// lineHold is one node's unanswered writes of one stripe: how many, and
-// the line they travel on.
+// maxParked is how many writes may wait for one node's stripe; beyond,
+// the node is too far behind to wait for, and is left out (errBehind).
+const maxParked = 1024
+
+// lineHold is one node's unanswered writes of one stripe: how many, the
+// line they travel on, and the writes from other lines waiting for them
+// (parked), in the order they were decided.
 type lineHold struct {
-	mu   sync.Mutex
-	line *link
-	n    int
+	mu     sync.Mutex
+	line   *link
+	n      int
+	moving int       // taken from wait, on their way to their loop's buffer
+	wait   []*parked // first come, first sent
+}
+
+// parked is a write waiting for its node's earlier writes of its stripe
+// on another line: it goes out on its own line once they are answered.
+type parked struct {
+	cl  *call
+	ln  *lnode
+	buf []byte
+	h   *lineHold
 }
 
 // orderHolds is every node's holds, by node and stripe.
 type orderHolds [][256]lineHold
 
-// take holds stripes of node i for a write on line and reports true, or
-// reports false, holding nothing, when one of them is held on another
-// line. stripes are ascending, each once.
-func (h orderHolds) take(i int, line *link, stripes []uint8) bool {
+type verdict uint8
+
+const (
+	admitted verdict = iota // hold taken: send it now
+	waiting                 // parked: sent when its turn comes
+	behind                  // neither: leave the node out of it
+)
+
+// free reports whether a write on line may go out now. Under h.mu.
+func (h *lineHold) free(line *link) bool {
+	return h.moving == 0 && len(h.wait) == 0 && (h.n == 0 || h.line == line)
+}
+
+// take decides node i's part of a write of stripes (ascending, each once)
+// to be sent on ln: its holds are taken (admitted), or, for one stripe,
+// it waits its turn (waiting: sent by the release that lets it go), or,
+// waiting for several stripes at once being more than it is worth, it
+// leaves the node out (behind).
+func (h orderHolds) take(i int, ln *lnode, stripes []uint8, cl *call, buf []byte) verdict {
 	hs := &h[i]
+	line := ln.lk
+	// A connection that is down fails the write at once (its undo kept
+	// for the next one, with its hold): it does not wait, nor is it
+	// waited for, and a closed loop sends nothing more.
+	if len(stripes) == 1 && ln.state != down && ln.state != closed && !ln.ql.closed {
+		e := &hs[stripes[0]]
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		switch {
+		case e.free(line):
+			e.line = line
+			e.n++
+			return admitted
+		case len(e.wait) >= maxParked:
+			return behind
+		}
+		cl.parked = true
+		e.wait = append(e.wait, &parked{cl: cl, ln: ln, buf: buf, h: e})
+		return waiting
+	}
 	for k, s := range stripes {
 		hs[s].mu.Lock()
-		if hs[s].n > 0 && hs[s].line != line {
+		if !hs[s].free(line) {
 			for _, t := range stripes[:k+1] {
 				hs[t].mu.Unlock()
 			}
-			return false
+			return behind
 		}
 	}
 	for _, s := range stripes {
@@ -67,19 +121,84 @@ func (h orderHolds) take(i int, line *link, stripes []uint8) bool {
 		hs[s].n++
 		hs[s].mu.Unlock()
 	}
-	return true
+	return admitted
 }
 
-// release lets go of holds taken for one write.
+// release lets go of holds taken for one write, and sends the next
+// write waiting, if its turn has come.
 func (h orderHolds) release(i int, stripes []uint8) {
-	hs := &h[i]
 	for _, s := range stripes {
-		hs[s].mu.Lock()
-		if hs[s].n--; hs[s].n <= 0 {
-			hs[s].n, hs[s].line = 0, nil
-		}
-		hs[s].mu.Unlock()
+		h[i][s].drop(1)
 	}
+}
+
+// drop lets go of n holds.
+func (e *lineHold) drop(n int) {
+	e.mu.Lock()
+	if e.n -= n; e.n <= 0 {
+		e.n, e.line = 0, nil
+	}
+	p := e.next()
+	e.mu.Unlock()
+	p.launch()
+}
+
+// next takes the first write waiting when its turn has come: its hold is
+// taken, and it is on its way (moving) until its loop has buffered it.
+// Under e.mu.
+func (e *lineHold) next() *parked {
+	if e.moving > 0 || len(e.wait) == 0 {
+		return nil
+	}
+	p := e.wait[0]
+	if e.n > 0 && e.line != p.ln.lk {
+		return nil
+	}
+	e.wait[0] = nil
+	e.wait = e.wait[1:]
+	if len(e.wait) == 0 {
+		e.wait = nil
+	}
+	e.line = p.ln.lk
+	e.n++
+	e.moving++
+	return p
+}
+
+// launch sends p on its loop (nil: nothing).
+func (p *parked) launch() {
+	if p == nil {
+		return
+	}
+	if p.ln.ql.l.Execute(p.send) != nil {
+		// The loop is gone: it will not be sent.
+		p.cl.finished = true
+		p.arrived()
+		p.h.drop(1)
+	}
+}
+
+// send buffers p's write on its loop, in its turn.
+func (p *parked) send() {
+	cl, ln := p.cl, p.ln
+	cl.parked, cl.holds = false, true
+	cl.sent = time.Now()
+	p.arrived()
+	ln.send(cl, p.buf)
+	if cl.o.ended() {
+		ln.overdue(cl) // its operation stopped waiting: a late write, watched as the others
+	}
+}
+
+// arrived ends p's move, and sends the next write waiting if its turn
+// has come (one of the same line, behind it).
+func (p *parked) arrived() {
+	e := p.h
+	e.mu.Lock()
+	e.moving--
+	q := e.next()
+	e.mu.Unlock()
+	q.launch()
 }
 
 // stripeCounts counts holds by stripe: those of a line's connections
@@ -111,16 +230,10 @@ func (c *stripeCounts) releaseTo(h orderHolds, i int) {
 	if !c.any {
 		return
 	}
-	hs := &h[i]
 	for s, n := range c.n {
-		if n == 0 {
-			continue
+		if n != 0 {
+			h[i][s].drop(int(n))
 		}
-		hs[s].mu.Lock()
-		if hs[s].n -= int(n); hs[s].n <= 0 {
-			hs[s].n, hs[s].line = 0, nil
-		}
-		hs[s].mu.Unlock()
 	}
 }
 
@@ -167,13 +280,13 @@ func addStripe(buf []uint8, s uint8) []uint8 {
 	return slices.Insert(buf, j, s)
 }
 
-// behind reports whether node i has unanswered writes of key's stripe
-// on any line: a repair of the key there waits for them.
-func (h orderHolds) behind(i int, key string) bool {
-	hs := &h[i][stripe(key)]
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	return hs.n > 0
+// busy reports whether node i has unanswered or waiting writes of key's
+// stripe: a repair of the key there waits for them.
+func (h orderHolds) busy(i int, key string) bool {
+	e := &h[i][stripe(key)]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n > 0 || e.moving > 0 || len(e.wait) > 0
 }
 
 // orderKeys are the keys whose holds a write left out of (errBehind) or

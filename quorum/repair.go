@@ -140,7 +140,7 @@ func (b *Backend) repairKey(rk repairKey) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*b.cfg.NodeTimeout)
 	defer cancel()
 	defer b.lockKeys(rk.key)()
-	if b.order.behind(rk.node, rk.key) {
+	if b.order.busy(rk.node, rk.key) {
 		return false // its writes of the key not answered yet: read after them (order.go)
 	}
 	r := &req{quiet: true}
