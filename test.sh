@@ -53,7 +53,7 @@ go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
 # The run above is on the default front end (data-path: loops); the
 # black-box suites that cover what a client observes run again on the other
 # one, goroutines, which TLS listeners use (differential corpus on every
-# backend, go-redis, redsync, redislock, MULTI, ops); the proxy package's
+# backend, pub/sub, go-redis, redsync, redislock, MULTI, ops); the proxy package's
 # own tests run both front ends above. The run above has postgres mode at
 # lockproxy's default lease row delay (200ms: deferred rows); this leg runs
 # it with every lease row written at once (0s): the differential corpus,
@@ -63,6 +63,6 @@ go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
 LOCKPROXY_TEST_DATA_PATH=goroutines LOCKPROXY_TEST_PG_ROW_DELAY=0s \
 	go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
 	-race -count=1 -timeout 15m \
-	-run 'TestDifferential$|TestDifferentialQuorum|TestDifferentialPostgres|TestNative|TestNewerCommands|TestResp|TestGoRedis|TestRedsync|TestRedislock$|TestOps|TestMulti|TestScriptsBeyondLockModelAlike|TestScriptsTypedAlike|TestAdmin|TestMetrics|TestPostgres|TestRedisCLI' \
+	-run 'TestDifferential$|TestDifferentialQuorum|TestPubSub|TestDifferentialPostgres|TestNative|TestNewerCommands|TestResp|TestGoRedis|TestRedsync|TestRedislock$|TestOps|TestMulti|TestScriptsBeyondLockModelAlike|TestScriptsTypedAlike|TestAdmin|TestMetrics|TestPostgres|TestRedisCLI' \
 	./tests/ ./tests/faults/ |
 	grep --line-buffered -Ev '^(PASS|SKIP) [^ .]+\.[^ /]+/'

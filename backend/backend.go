@@ -82,6 +82,24 @@ type Immediate interface {
 	Immediate()
 }
 
+// Hub is one instance's pub/sub subscribers (the proxy's broker).
+type Hub interface {
+	// Receivers counts the subscribers a message on channel reaches now:
+	// what PUBLISH answers.
+	Receivers(channel []byte) int64
+	// Deliver hands a message to them and returns how many received it.
+	Deliver(channel, msg []byte) int64
+}
+
+// Publisher is implemented by a Backend whose scripts may PUBLISH: the
+// proxy gives it its Hub before serving, and the backend delivers a
+// script's messages there once the script's changes are committed, so a
+// waiter woken by one never finds the old state. A backend that is not
+// a Publisher refuses scripts that publish.
+type Publisher interface {
+	SetHub(h Hub)
+}
+
 // Expiry is an absolute or relative expiry; the zero Expiry means none.
 // The proxy converts EX to TTL and EXAT/PXAT to At. TTL is positive when
 // set; At may lie in the past (the write then deletes or never creates).

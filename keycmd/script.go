@@ -1,6 +1,7 @@
 package keycmd
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"strings"
@@ -22,6 +23,21 @@ type ScriptCaller struct {
 	KS backend.KeySpace
 	DB int
 	RO bool
+	// Hub, when set, serves redis.call('publish'): the messages are kept
+	// and handed to it by Deliver, once the script's changes are in.
+	Hub       backend.Hub
+	published [][2][]byte
+}
+
+// Publishes tells luascripts' Runner that a script that publishes may run.
+func (c *ScriptCaller) Publishes() bool { return c.Hub != nil }
+
+// Deliver hands the messages the script published to the Hub, in order.
+func (c *ScriptCaller) Deliver() {
+	for _, m := range c.published {
+		c.Hub.Deliver(m[0], m[1])
+	}
+	c.published = nil
 }
 
 // LockModelOnly tells luascripts' Runner that this Caller serves
@@ -85,6 +101,15 @@ func (c *ScriptCaller) conn(n string, args [][]byte) (backend.Value, error) {
 		return backend.Status("PONG"), nil
 	case "echo":
 		return backend.Bulk(args[1]), nil
+	case "publish":
+		if c.Hub == nil {
+			return backend.Value{}, backend.Reply(NotServedMsg(n))
+		}
+		// Redis counts the receivers as it publishes; here they are
+		// counted now and get the message when the script is done.
+		n := c.Hub.Receivers(args[1])
+		c.published = append(c.published, [2][]byte{bytes.Clone(args[1]), bytes.Clone(args[2])})
+		return backend.Int(n), nil
 	case "time":
 		now := time.Now()
 		return backend.Array(
@@ -104,7 +129,7 @@ func arityOK(arity, n int) bool {
 
 // scriptConnCommands are the commands outside the key table a script may
 // call, with their arity.
-var scriptConnCommands = map[string]int{"select": 2, "ping": -1, "echo": 2, "time": 1}
+var scriptConnCommands = map[string]int{"select": 2, "ping": -1, "echo": 2, "time": 1, "publish": 3}
 
 // noScriptCommands are Redis's commands flagged "noscript", with their
 // arity: redis.call refuses them even in Redis.

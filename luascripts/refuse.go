@@ -36,10 +36,15 @@ import (
 // command it does not serve.
 type lockModel interface{ LockModelOnly() bool }
 
+// publishing is a Caller that serves PUBLISH (the memory backend's,
+// given the proxy's subscribers): a script that publishes is not refused
+// for it.
+type publishing interface{ Publishes() bool }
+
 // refusal returns the error for a script that can send a command
 // lockproxy does not serve (with strings, a command of the value types
 // beyond strings too), or nil.
-func refusal(s backend.Script, strings bool) error {
+func refusal(s backend.Script, strings, publish bool) error {
 	cmds, ok, _ := analyse(s.Src)
 	if !ok {
 		return nil
@@ -50,6 +55,9 @@ func refusal(s backend.Script, strings bool) error {
 	}
 	var out []call
 	for name, line := range cmds {
+		if publish && name == "publish" {
+			continue
+		}
 		if keycmd.NotServed(name) || keycmd.NotInScripts(name) || (strings && keycmd.BeyondStrings(name)) {
 			out = append(out, call{name, line})
 		}

@@ -28,7 +28,7 @@ func TestRefusal(t *testing.T) {
 	} {
 		s := backend.Script{Src: tc.src, SHA1: SHA1(tc.src)}
 		for _, strings := range []bool{false, true} {
-			err := refusal(s, strings)
+			err := refusal(s, strings, false)
 			want, onlyStrings := strings2.CutPrefix(tc.want, "strings:")
 			if want != "" {
 				want = fmt.Sprintf(want, s.SHA1)

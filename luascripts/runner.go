@@ -50,6 +50,7 @@ type compiled struct {
 	native         native
 	refused        error // the script can send a command lockproxy does not serve (refuse.go)
 	refusedStrings error // … or one of the value types beyond strings
+	refusedPub     error // refused, for a Caller that serves PUBLISH
 }
 
 // maxCompiled bounds the compiled-script cache; past it the cache starts
@@ -138,7 +139,7 @@ func (r *Runner) compiled(s backend.Script) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s, false), refusedStrings: refusal(s, true)}
+	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s, false, false), refusedStrings: refusal(s, true, false), refusedPub: refusal(s, false, true)}
 	r.mu.Lock()
 	if len(r.procs) >= maxCompiled {
 		clear(r.procs)
@@ -165,7 +166,13 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	}
 	if p.refused != nil {
 		if m, ok := c.(lockModel); ok && m.LockModelOnly() {
-			return backend.Value{}, p.refused
+			refused := p.refused
+			if pc, ok := c.(publishing); ok && pc.Publishes() {
+				refused = p.refusedPub
+			}
+			if refused != nil {
+				return backend.Value{}, refused
+			}
 		}
 	}
 	if p.native != nil {

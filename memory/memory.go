@@ -35,6 +35,7 @@ type Backend struct {
 	// releases knows the catalogued release scripts by SHA1: Eval runs
 	// them as one DelIf under the key's shard (see Eval).
 	releases luascripts.Releases
+	hub      backend.Hub // where scripts' messages go (SetHub)
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -99,10 +100,19 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 			return backend.Bool(deleted), err
 		}
 	}
+	c := &keycmd.ScriptCaller{DB: db, RO: ro, Hub: b.hub}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: b.view(time.Now().UnixMilli()), DB: db, RO: ro})
+	c.KS = b.view(time.Now().UnixMilli())
+	v, err := b.runner.Run(ctx, s, keys, args, c)
+	b.mu.Unlock()
+	c.Deliver() // its messages, now that every client sees its changes
+	return v, err
 }
+
+var _ backend.Publisher = (*Backend)(nil)
+
+// SetHub implements backend.Publisher; it is called before serving.
+func (b *Backend) SetHub(h backend.Hub) { b.hub = h }
 
 // Set implements backend.KeySpace.
 func (b *Backend) Set(_ context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {

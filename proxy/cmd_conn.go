@@ -10,6 +10,9 @@ import (
 )
 
 func cmdPing(cl *client, args [][]byte) backend.Value {
+	if !cl.resp3 && cl.subs.count() > 0 && len(args) <= 2 {
+		return subscribedPing(args)
+	}
 	switch len(args) {
 	case 1:
 		return backend.Status("PONG")
@@ -23,13 +26,16 @@ func cmdEcho(cl *client, args [][]byte) backend.Value { return backend.Bulk(args
 
 func cmdQuit(cl *client, args [][]byte) backend.Value {
 	cl.closeNow = true
+	cl.leaveAll() // before the close is seen, as in Redis: a PUBLISH then counts it out
 	return backend.OKValue
 }
 
 func cmdReset(cl *client, args [][]byte) backend.Value {
 	cl.db, cl.resp3, cl.name, cl.reply = 0, false, "", replyOn
+	cl.out.resp3.Store(false)
 	cl.inMulti, cl.dirty, cl.queue = false, false, nil
 	cl.authed, cl.user = !cl.s.authRequired(), ""
+	cl.leaveAll()
 	cl.closeUpstream() // a fresh upstream connection for the fresh state
 	return backend.Status("RESET")
 }
@@ -86,6 +92,7 @@ func cmdHello(cl *client, args [][]byte) backend.Value {
 	}
 	if proto != 0 {
 		cl.resp3 = proto == 3
+		cl.out.resp3.Store(cl.resp3)
 	}
 	p := int64(2)
 	if cl.resp3 {

@@ -43,6 +43,9 @@ type client struct {
 	queue    [][][]byte
 	closeNow bool // QUIT: close after the reply
 	reply    replyMode
+	subs     subs   // pub/sub subscriptions (pubsub.go)
+	out      outbox // messages waiting for the front end to write them
+	pushing  bool   // the goroutine front end's pusher runs (startPushes)
 
 	// alt stands in for the backend while a command is started on, or
 	// finished from, an event loop; t0 is then when it started
@@ -107,6 +110,7 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 // result is what running one command produced, for appendReply.
 type result struct {
 	v        backend.Value
+	pushes   []byte // pub/sub messages to write before the reply (pubsub.go)
 	raw      []byte // a passthrough reply to write as is, instead of v
 	panicked bool   // v is the internal error; the connection closes after it
 }
@@ -133,6 +137,15 @@ func (cl *client) run(args [][]byte) (r result) {
 	}
 	r.v = cl.command(args)
 	r.raw, cl.raw = cl.raw, nil
+	if cl.out.pending.Load() && cl.subs.count() > 0 && !subscribing(args[0]) {
+		// Messages that came while it ran (a PUBLISH to itself, in RESP3)
+		// go before its reply, as Redis writes them; never before a
+		// SUBSCRIBE's confirmation.
+		var over bool
+		if r.pushes, over = cl.out.take(nil, 0); over {
+			cl.closeNow = true // past the pubsub output limits: closed after the reply
+		}
+	}
 	if s.metrics != nil {
 		s.metrics.observe(cl.lastCmd, r.v, time.Since(start))
 	}
@@ -142,6 +155,7 @@ func (cl *client) run(args [][]byte) (r result) {
 // appendReply appends the reply to the command run to b: nothing when
 // CLIENT REPLY mutes it, except a panic's error, which always goes out.
 func (cl *client) appendReply(b []byte, r result) []byte {
+	b = append(b, r.pushes...)
 	switch {
 	case r.panicked:
 		return appendValue(b, r.v, cl.resp3)
@@ -203,6 +217,8 @@ func init() {
 		{"info", -1, cmdInfo}, {"command", -1, cmdCommand}, {"config", -2, cmdConfig}, {"time", 1, cmdTime},
 		{"eval", -3, cmdEval}, {"evalsha", -3, cmdEval}, {"eval_ro", -3, cmdEval}, {"evalsha_ro", -3, cmdEval},
 		{"script", -2, cmdScript}, {"multi", 1, cmdMulti}, {"exec", 1, cmdExec}, {"discard", 1, cmdDiscard},
+		{"subscribe", -2, cmdSubscribe}, {"psubscribe", -2, cmdPSubscribe}, {"unsubscribe", -1, cmdUnsubscribe},
+		{"punsubscribe", -1, cmdPUnsubscribe}, {"publish", 3, cmdPublish}, {"pubsub", -2, cmdPubsub},
 	} {
 		commands[c.name] = &c
 	}
@@ -274,6 +290,9 @@ func (cl *client) command(args [][]byte) backend.Value {
 		if msg := cl.flushRefusal(name); msg != "" {
 			return cl.reject(name, msg)
 		}
+	}
+	if msg := cl.subscribedRefusal(name, args); msg != "" {
+		return cl.reject(name, msg)
 	}
 	if cl.inMulti && name != "exec" && name != "discard" && name != "multi" && name != "quit" && name != "reset" {
 		cl.queue = append(cl.queue, cloneArgs(args))

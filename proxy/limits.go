@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,13 @@ type limitConn struct {
 	held   []byte        // read from Conn, not yet handed to redcon
 	idle   time.Duration // 0: never close an idle connection
 	woken  atomic.Bool   // wake was called: no later read may wait
+
+	// Pub/sub (pubsub.go), once the connection subscribed: messages go
+	// out after the batch's replies (Write), or at once while the
+	// connection waits for input (Read, the pusher).
+	out  *outbox
+	wmu  sync.Mutex
+	busy bool // a batch of commands is being served: its replies come first
 }
 
 // wake makes the connection's pending or next network read return at
@@ -66,6 +74,17 @@ func newLimitConn(c net.Conn, max int64) *limitConn {
 // the limits; it answers a request over a limit with Redis's protocol
 // error and fails, so redcon closes the connection.
 func (c *limitConn) Read(p []byte) (int, error) {
+	if c.out != nil {
+		c.wmu.Lock()
+		c.busy = false
+		c.writePushes()
+		c.wmu.Unlock()
+		defer func() {
+			c.wmu.Lock()
+			c.busy = true
+			c.wmu.Unlock()
+		}()
+	}
 	var n int
 	if len(c.held) > 0 {
 		n = copy(p, c.held)

@@ -76,6 +76,7 @@ func (h *loopHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	lc := c.Context().(*loopConn)
 	lc.lb = h.loops.of(c)
 	lc.gc = c
+	lc.cl.out.setNotify(lc.wake) // a message for it: its next pass writes it (pubsub.go)
 	lc.lastActive.Store(time.Now().UnixNano())
 	if !h.s.register(lc.cl) {
 		return nil, gnet.Close
@@ -137,6 +138,14 @@ func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
 	}
 	if act == gnet.None {
 		act = lc.serveInput(data)
+	}
+	if act == gnet.None && !lc.busy && lc.cl.out.pending.Load() {
+		// Messages after the replies of this pass, never before the reply
+		// to the SUBSCRIBE that asked for them.
+		var over bool
+		if lc.out, over = lc.cl.out.take(lc.out, c.OutboundBuffered()); over {
+			lc.over = "pubsub"
+		}
 	}
 	if lc.over != "" {
 		return lc.closeOver()

@@ -147,10 +147,14 @@ func (lc *loopConn) checkOutput() bool {
 // closeOver closes a connection that broke a buffer bound, without
 // writing the batch's replies.
 func (lc *loopConn) closeOver() gnet.Action {
-	if lc.over == "query" {
+	switch lc.over {
+	case "query":
 		lc.s.log.Warn("closing client that reached max query buffer length",
 			"conn_id", lc.cl.id, "addr", lc.cl.addr, "qbuf", len(lc.in), "max", lc.s.maxQueryBytes())
-	} else {
+	case "pubsub":
+		lc.s.log.Warn("closing subscriber that reached the pubsub output buffer limits",
+			"conn_id", lc.cl.id, "addr", lc.cl.addr, "obuf", lc.sent+len(lc.out))
+	default:
 		lc.s.log.Warn("closing client that reached max output buffer length",
 			"conn_id", lc.cl.id, "addr", lc.cl.addr, "obuf", lc.sent+len(lc.out), "max", lc.s.maxOutputBytes())
 	}

@@ -38,8 +38,10 @@ type Upstream struct {
 //
 // Not forwarded, with errPassthroughRefused: commands that block or turn
 // the connection into a stream (blocking list, zset and stream reads,
-// WAIT, pub/sub, MONITOR, replication) and WATCH/UNWATCH, whose
-// transactions would be lockproxy's MULTI. A forwarded command inside
+// WAIT, sharded pub/sub, MONITOR, replication) and WATCH/UNWATCH, whose
+// transactions would be lockproxy's MULTI. Pub/sub is lockproxy's own
+// (pubsub.go), never the upstream's: the lock libraries' wake-ups must
+// follow the locks, which live in lockproxy. A forwarded command inside
 // MULTI is refused too: lockproxy runs the transaction, the upstream
 // cannot take part in it.
 
@@ -47,8 +49,7 @@ type Upstream struct {
 var notForwarded = map[string]bool{
 	"blpop": true, "brpop": true, "brpoplpush": true, "blmove": true, "blmpop": true,
 	"bzpopmin": true, "bzpopmax": true, "bzmpop": true, "wait": true, "waitaof": true,
-	"subscribe": true, "psubscribe": true, "ssubscribe": true,
-	"unsubscribe": true, "punsubscribe": true, "sunsubscribe": true,
+	"ssubscribe": true, "sunsubscribe": true,
 	"monitor": true, "sync": true, "psync": true, "replconf": true,
 	"watch": true, "unwatch": true,
 }

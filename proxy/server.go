@@ -115,6 +115,7 @@ type Server struct {
 	b       backend.Backend
 	log     *slog.Logger
 	scripts *scriptCache
+	broker  *broker // this instance's pub/sub subscribers (pubsub.go)
 	started time.Time
 	metrics *metrics // nil without a Registerer
 	// immediate: the backend never blocks (backend.Immediate), so key
@@ -144,12 +145,15 @@ func New(cfg Config, b backend.Backend) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, immediate := b.(backend.Immediate)
 	s := &Server{immediate: immediate,
-		cfg: cfg, b: b, log: cfg.Logger, scripts: newScriptCache(cfg.MaxScriptCacheBytes),
+		cfg: cfg, b: b, log: cfg.Logger, scripts: newScriptCache(cfg.MaxScriptCacheBytes), broker: newBroker(),
 		started: time.Now(), ctx: ctx, cancel: cancel,
 		clients: make(map[*client]struct{}), idle: make(chan struct{}),
 	}
 	if cfg.Registerer != nil {
 		s.metrics = newMetrics(cfg.Registerer, s)
+	}
+	if p, ok := b.(backend.Publisher); ok {
+		p.SetHub(s.broker) // its scripts' PUBLISH reach this instance's subscribers
 	}
 	return s
 }
@@ -274,6 +278,7 @@ func (s *Server) register(cl *client) bool {
 
 // forget removes a closed client and ends a drain that waited for it.
 func (s *Server) forget(cl *client) {
+	cl.leaveAll()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.clients, cl)

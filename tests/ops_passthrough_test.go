@@ -91,11 +91,11 @@ func TestOpsPassthrough(t *testing.T) {
 	for _, step := range []struct{ cmd, want []string }{
 		{[]string{"BLPOP", "q", "0"}, []string{"-ERR lockproxy passthrough does not forward 'blpop' (blocking, pub/sub, MONITOR, replication and WATCH need a direct connection to Redis)\r\n"}},
 		{[]string{"XREAD", "BLOCK", "0", "STREAMS", "x", "$"}, []string{"-ERR lockproxy passthrough does not forward 'xread block' (blocking, pub/sub, MONITOR, replication and WATCH need a direct connection to Redis)\r\n"}},
-		{[]string{"SUBSCRIBE", "ch"}, []string{"-ERR lockproxy passthrough does not forward 'subscribe' (blocking, pub/sub, MONITOR, replication and WATCH need a direct connection to Redis)\r\n"}},
+		{[]string{"SSUBSCRIBE", "ch"}, []string{"-ERR lockproxy passthrough does not forward 'ssubscribe' (blocking, pub/sub, MONITOR, replication and WATCH need a direct connection to Redis)\r\n"}},
 		{[]string{"MULTI"}, []string{"+OK\r\n"}},
 		{[]string{"HSET", "m", "f", "v"}, []string{"-ERR lockproxy passthrough cannot queue 'hset' in MULTI: the transaction runs in lockproxy, not in the upstream Redis\r\n"}},
 		{[]string{"EXEC"}, []string{"-EXECABORT Transaction discarded because of previous errors.\r\n"}},
-		{[]string{"PUBLISH", "ch", "m"}, []string{":0\r\n"}},
+		{[]string{"PUBLISH", "ch", "m"}, []string{":0\r\n"}}, // lockproxy's own pub/sub (docs/pubsub.md)
 	} {
 		if got, err := c.do(step.cmd...); err != nil || got != step.want[0] {
 			t.Errorf("%v = %q, %v; want %q", step.cmd, got, err, step.want[0])

@@ -2,7 +2,8 @@
 // Drives one node lock library on one ioredis major against the address in
 // argv[2]: node run.js HOST:PORT LIBRARY IOREDIS [TARGET], where LIBRARY is
 // redlock4, redlock5, semaphore (redis-semaphore's Mutex), semaphore-n
-// (its Semaphore) or multisemaphore (its MultiSemaphore), IOREDIS is
+// (its Semaphore), multisemaphore (its MultiSemaphore) or
+// simple-redis-mutex (on node-redis 5, IOREDIS "node-redis"), IOREDIS is
 // ioredis5 or ioredis6, and TARGET names what listens there (clientTargets'
 // subtest: redis, lockproxy, migrating, quorum3, pg-advisory, pg-lease).
 // Exits non-zero with the failure on stderr.
@@ -12,12 +13,12 @@ const [, , addr, lib, ioredisName, target = ''] = process.argv;
 const i = addr.lastIndexOf(':');
 const host = addr.slice(0, i);
 const port = Number(addr.slice(i + 1));
-const IORedis = require(ioredisName);
+const IORedis = ioredisName.startsWith('ioredis') ? require(ioredisName) : null; // node-redis libraries bring their own
 const prefix = `${lib}:${ioredisName}`;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function client() {
-  return new IORedis(port, host, { maxRetriesPerRequest: 1, enableOfflineQueue: true });
+  return IORedis && new IORedis(port, host, { maxRetriesPerRequest: 1, enableOfflineQueue: true });
 }
 
 // counter has workers increment a shared count under the lock; an await
@@ -331,7 +332,59 @@ async function multiSemaphore(c) {
   return summary;
 }
 
-const libraries = { redlock4, redlock5, semaphore, 'semaphore-n': semaphoreN, multisemaphore: multiSemaphore };
+// simpleRedisMutex drives simple-redis-mutex 3.0 on node-redis 5: a
+// waiter sleeps until the holder's release script PUBLISHes (its polling
+// interval is set far beyond the test, so a lost message fails it), and
+// fencing tokens grow. Backends that cannot deliver a script's message
+// yet refuse the release script, before it runs, and it writes nothing.
+async function simpleRedisMutex() {
+  const { createClient } = require('redis');
+  const { lock, tryLock } = require('simple-redis-mutex');
+  const c = createClient({ url: `redis://${addr}`, socket: { reconnectStrategy: false } });
+  await c.connect();
+  try {
+    const name = `${prefix}:a`;
+    if (stringsOnly.has(target)) {
+      // Its fencing counter (INCR) is not served by a migrating proxy yet.
+      await assert.rejects(tryLock(c, name, { timeout: 5000 }), /'incr' is not supported/, 'INCR was not refused');
+      await c.del(`@simple-redis-mutex:lock-${name}`);
+      return 'fencing counter (INCR) refused: a migrating proxy serves string values only';
+    }
+    const [got, release] = await tryLock(c, name, { timeout: 5000 });
+    assert.ok(got, 'tryLock of a free lock failed');
+    const [again] = await tryLock(c, name, { timeout: 5000 });
+    assert.ok(!again, 'a held lock was acquired again');
+    if (!publishes.has(target)) {
+      await assert.rejects(release(), /'publish' is not supported/, 'the release script that publishes was not refused');
+      assert.equal(await c.exists(`@simple-redis-mutex:lock-${name}`), 1, 'the refused release script changed the lock');
+      await c.del(`@simple-redis-mutex:lock-${name}`);
+      return 'release script refused: this backend does not deliver script messages yet';
+    }
+    const waiting = lock(c, name, { timeout: 5000, pollingInterval: 60000, failAfter: 20000 });
+    await sleep(200); // the waiter tried and is asleep
+    const releasedAt = Date.now();
+    await release();
+    const next = await waiting;
+    const woke = Date.now() - releasedAt;
+    assert.ok(woke < 2000, `the waiter got the lock ${woke} ms after the release: its wake-up was lost`);
+    assert.ok(next.fencingToken > release.fencingToken, `fencing token ${next.fencingToken} after ${release.fencingToken}`);
+    await next();
+    assert.equal(await c.exists(`@simple-redis-mutex:lock-${name}`), 0);
+
+    const summary = await counter(8, 20, async () => lock(c, `${prefix}:counter`, { timeout: 10000, pollingInterval: 60000, failAfter: 30000 }));
+    return `${summary}, woken ${woke} ms after a release`;
+  } finally {
+    await c.quit().catch(() => {});
+  }
+}
+
+// publishes are the targets whose scripts may PUBLISH (docs/pubsub.md).
+const publishes = new Set(['redis', 'lockproxy']);
+
+const libraries = {
+  redlock4, redlock5, semaphore, 'semaphore-n': semaphoreN, multisemaphore: multiSemaphore,
+  'simple-redis-mutex': simpleRedisMutex,
+};
 
 // A library that hangs fails here rather than at go test's timeout.
 setTimeout(() => {
@@ -345,7 +398,7 @@ setTimeout(() => {
     const summary = await libraries[lib](c);
     console.log(`OK ${lib} on ${ioredisName}: ${summary}`);
   } finally {
-    c.disconnect();
+    c?.disconnect();
   }
 })().catch((e) => {
   console.error(`FAIL ${lib} on ${ioredisName}:`, e);

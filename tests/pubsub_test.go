@@ -1,0 +1,624 @@
+package tests
+
+import (
+	"bufio"
+	"crypto/sha1"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+)
+
+// pubsubTarget is one lockproxy deployment under test. Each connection of
+// a scenario opens on instance A or B, so "publisher on B, subscriber on
+// A" tests delivery between instances; a single instance is both.
+type pubsubTarget struct {
+	name  string
+	addrs [2]string // instance A, instance B
+}
+
+// pubsubTargets starts the deployments TestPubSub checks. Add one here:
+// a name and the addresses of its instances.
+func pubsubTargets(t *testing.T) []pubsubTarget {
+	mem := testsrv.StartMemoryProxy(t)
+	return []pubsubTarget{{name: "memory", addrs: [2]string{mem, mem}}}
+}
+
+// Instances a scenario's connection opens on.
+const (
+	instA = 0
+	instB = 1
+)
+
+const (
+	psWait  = 5 * time.Second        // for a frame that must come (room for a loaded machine)
+	psQuiet = 100 * time.Millisecond // for a frame that must not
+)
+
+// psConn is a scenario's connection: its name in steps and its instance.
+type psConn struct {
+	name string
+	on   int
+}
+
+// psOrder says how a step's frames are compared where Redis leaves the
+// order unspecified (it walks a hash table).
+type psOrder int
+
+const (
+	psExact    psOrder = iota
+	psElemsSet         // the one frame's elements in any order (PUBSUB CHANNELS)
+	psChanSet          // the frames' channels in any order, kinds and counts in order (UNSUBSCRIBE with no argument)
+)
+
+// psStep is one step on one connection: a command sent and its frames
+// read, frames pushed unasked read, no frame within psQuiet, or the server
+// closing the connection.
+type psStep struct {
+	conn   string
+	args   []string // the command; nil reads pushed frames
+	frames int
+	quiet  bool
+	closed bool
+	order  psOrder
+}
+
+func psSend(conn string, frames int, args ...string) psStep {
+	return psStep{conn: conn, args: args, frames: frames}
+}
+
+func psRecv(conn string, frames int) psStep { return psStep{conn: conn, frames: frames} }
+
+func psNone(conn string) psStep { return psStep{conn: conn, quiet: true} }
+
+func psClosed(conn string) psStep { return psStep{conn: conn, closed: true} }
+
+func (s psStep) in(o psOrder) psStep { s.order = o; return s }
+
+// psScenario is a script over several connections. It runs in each of
+// protos (RESP2 and RESP3 when nil); for RESP3 every connection starts
+// with HELLO 3.
+type psScenario struct {
+	name   string
+	protos []int
+	conns  []psConn
+	steps  []psStep
+}
+
+// psRedissonUnlock is Redisson's forceUnlock script: a lock's release is
+// announced on its channel, which is passed as a key.
+const psRedissonUnlock = "if (redis.call('del', KEYS[1]) == 1) then redis.call('publish', KEYS[2], ARGV[1]); return 1 else return 0 end"
+
+// psPublish is the simplest script that publishes: the channel is a key,
+// as clients pass it.
+const psPublish = "return redis.call('publish', KEYS[1], ARGV[1])"
+
+var psScenarios = []psScenario{
+	{name: "subscribe", conns: []psConn{{"sub", instA}, {"sub2", instA}, {"pub", instB}},
+		steps: []psStep{
+			psSend("sub", 1, "SUBSCRIBE", "news"),
+			psSend("pub", 1, "PUBLISH", "news", "hello"),
+			psRecv("sub", 1),
+			psSend("sub", 2, "SUBSCRIBE", "a", "b\r\n\x00ch"), // one frame per channel, with the running count
+			psSend("pub", 1, "PUBLISH", "b\r\n\x00ch", "bin\r\n\x00ary\r\n"),
+			psRecv("sub", 1),
+			psSend("pub", 1, "PUBLISH", "a", ""),
+			psRecv("sub", 1),
+			psSend("sub", 1, "SUBSCRIBE", "news"), // again: the count stays 3
+			psSend("sub2", 1, "SUBSCRIBE", "news"),
+			psSend("pub", 1, "PUBLISH", "news", "both"), // 2 receivers, not 3
+			psRecv("sub", 1),
+			psRecv("sub2", 1),
+			psSend("pub", 1, "PUBLISH", "nobody", "x"),
+			psNone("sub"),
+		}},
+	{name: "psubscribe", conns: []psConn{{"sub", instA}, {"psub", instA}, {"pub", instB}},
+		steps: []psStep{
+			psSend("psub", 4, "PSUBSCRIBE", "lock:*", "a?c", "[ab]x", `esc\*`),
+			psSend("psub", 1, "PSUBSCRIBE", "a?c"),
+			psSend("pub", 1, "PUBLISH", "lock:1", "v1"),
+			psRecv("psub", 1),
+			psSend("pub", 1, "PUBLISH", "abc", "v2"),
+			psRecv("psub", 1),
+			psSend("pub", 1, "PUBLISH", "bx", "v3"),
+			psRecv("psub", 1),
+			psSend("pub", 1, "PUBLISH", "esc*", "v4"),
+			psRecv("psub", 1),
+			psSend("pub", 1, "PUBLISH", "ac", "no"), // ? is exactly one byte
+			psSend("pub", 1, "PUBLISH", "cx", "no"),
+			psSend("pub", 1, "PUBLISH", "escX", "no"),
+			psSend("pub", 1, "PUBLISH", "lock", "no"),
+			psNone("psub"),
+			// A channel and a matching pattern on one connection: the
+			// message, then the pmessage, and both count.
+			psSend("sub", 1, "SUBSCRIBE", "lock:9"),
+			psSend("sub", 1, "PSUBSCRIBE", "lock:*"),
+			psSend("pub", 1, "PUBLISH", "lock:9", "v5"),
+			psRecv("sub", 2),
+			psRecv("psub", 1),
+		}},
+	{name: "unsubscribe", conns: []psConn{{"sub", instA}, {"pub", instB}},
+		steps: []psStep{
+			psSend("sub", 1, "UNSUBSCRIBE"), // nil channel, count 0
+			psSend("sub", 1, "PUNSUBSCRIBE"),
+			psSend("sub", 1, "UNSUBSCRIBE", "never"),
+			psSend("sub", 3, "SUBSCRIBE", "c1", "c2", "c3"),
+			psSend("sub", 2, "PSUBSCRIBE", "p1*", "p2*"),
+			psSend("sub", 2, "UNSUBSCRIBE", "c1", "never"), // a channel not subscribed is answered too
+			psSend("pub", 1, "PUBLISH", "c1", "gone"),
+			psNone("sub"),
+			psSend("sub", 2, "UNSUBSCRIBE").in(psChanSet), // one frame per channel left, in hash-table order
+			psSend("sub", 1, "UNSUBSCRIBE"),               // patterns remain: nil channel, count 2
+			psSend("sub", 1, "PUNSUBSCRIBE", "p1*"),
+			psSend("pub", 1, "PUBLISH", "p1x", "gone"),
+			psSend("pub", 1, "PUBLISH", "p2x", "here"),
+			psRecv("sub", 1),
+			psSend("sub", 1, "PUNSUBSCRIBE"),
+			psSend("sub", 1, "PUNSUBSCRIBE"),
+			psSend("pub", 1, "PUBLISH", "p2x", "gone"),
+			psNone("sub"),
+			psSend("sub", 1, "GET", "pubsub:k"), // out of subscribed mode
+		}},
+	{name: "subscribed-mode", protos: []int{2}, conns: []psConn{{"sub", instA}, {"pub", instB}},
+		steps: []psStep{
+			psSend("sub", 1, "SUBSCRIBE", "c"),
+			psSend("sub", 1, "GET", "pubsub:k"),
+			psSend("sub", 1, "SET", "pubsub:k", "v"),
+			psSend("sub", 1, "PUBLISH", "c", "x"),
+			psSend("sub", 1, "EVAL", "return 1", "0"),
+			psSend("sub", 1, "PUBSUB", "NUMPAT"),
+			psSend("sub", 1, "MULTI"),
+			psSend("sub", 1, "HELLO", "3"),
+			psSend("sub", 1, "NOSUCHCMD"),
+			psSend("sub", 1, "PING"),
+			psSend("sub", 1, "PING", "x"),
+			psSend("sub", 1, "PING", "x", "y"),
+			psSend("sub", 1, "PSUBSCRIBE", "p*"),
+			psSend("sub", 1, "UNSUBSCRIBE", "c"),
+			psSend("sub", 1, "GET", "pubsub:k"), // a pattern left: still subscribed
+			psSend("sub", 1, "PUNSUBSCRIBE", "p*"),
+			psSend("sub", 1, "GET", "pubsub:k"),
+			psSend("sub", 1, "PING"),
+			psSend("sub", 1, "SUBSCRIBE", "c"),
+			psSend("sub", 1, "RESET"),
+			psSend("sub", 1, "GET", "pubsub:k"),
+			psSend("pub", 1, "PUBLISH", "c", "after reset"),
+			psSend("sub", 1, "SUBSCRIBE", "c"),
+			psSend("sub", 1, "QUIT"),
+			psClosed("sub"),
+			psSend("pub", 1, "PUBLISH", "c", "after quit"), // unsubscribed before the close
+		}},
+	{name: "resp3", protos: []int{3}, conns: []psConn{{"sub", instA}, {"pub", instB}},
+		steps: []psStep{
+			psSend("sub", 1, "UNSUBSCRIBE"), // the nil channel is RESP3's null
+			psSend("sub", 1, "SUBSCRIBE", "c"),
+			psSend("sub", 1, "GET", "pubsub:k"),
+			psSend("sub", 1, "SET", "pubsub:k", "v"),
+			psSend("sub", 1, "GET", "pubsub:k"),
+			psSend("sub", 1, "DEL", "pubsub:k"),
+			psSend("sub", 1, "PING"),
+			psSend("sub", 1, "PING", "x"),
+			psSend("pub", 1, "PUBLISH", "c", "m1"),
+			psRecv("sub", 1),
+			psSend("sub", 1, "PSUBSCRIBE", "p*"),
+			psSend("pub", 1, "PUBLISH", "px", "m2"),
+			psRecv("sub", 1),
+			psSend("sub", 2, "PUBLISH", "c", "self"), // the push comes before the count
+			psSend("sub", 2, "EVAL", psPublish, "1", "c", "script"),
+			psSend("sub", 1, "PUBSUB", "NUMSUB", "c"),
+			psSend("sub", 1, "RESET"), // back to RESP2 and out of subscribed mode
+			psSend("sub", 1, "GET", "pubsub:k"),
+			psSend("pub", 1, "PUBLISH", "c", "after reset"),
+		}},
+	{name: "pubsub-introspection", conns: []psConn{{"s1", instA}, {"s2", instA}, {"q", instB}},
+		steps: []psStep{
+			psSend("q", 1, "PUBSUB", "CHANNELS"),
+			psSend("q", 1, "PUBSUB", "NUMPAT"),
+			psSend("q", 1, "PUBSUB", "NUMSUB"),
+			psSend("s1", 3, "SUBSCRIBE", "news.1", "news.2", "other"),
+			psSend("s2", 1, "SUBSCRIBE", "news.1"),
+			psSend("s2", 2, "PSUBSCRIBE", "news.*", "n?ws.*"),
+			psSend("s1", 1, "PSUBSCRIBE", "news.*"),
+			// Redis lists channels in its hash table's order: compared sorted.
+			psSend("q", 1, "PUBSUB", "CHANNELS").in(psElemsSet),
+			psSend("q", 1, "PUBSUB", "channels", "news.*").in(psElemsSet),
+			psSend("q", 1, "PUBSUB", "CHANNELS", "zzz*"),
+			psSend("q", 1, "PUBSUB", "NUMSUB", "news.1", "news.2", "nosuch", "news.1"),
+			psSend("q", 1, "PUBSUB", "numpat"), // distinct patterns, not subscriptions
+			psSend("s2", 1, "PUNSUBSCRIBE", "news.*"),
+			psSend("q", 1, "PUBSUB", "NUMPAT"),
+			psSend("s1", 1, "PUNSUBSCRIBE", "news.*"),
+			psSend("s1", 1, "UNSUBSCRIBE", "news.2"),
+			psSend("q", 1, "PUBSUB", "NUMPAT"),
+			psSend("q", 1, "PUBSUB", "CHANNELS").in(psElemsSet),
+			psSend("q", 1, "PUBSUB", "NUMSUB", "news.1", "news.2"),
+		}},
+	{name: "publish-from-script", conns: []psConn{{"sub", instA}, {"pub", instB}},
+		steps: []psStep{
+			psSend("sub", 2, "SUBSCRIBE", "ch", "redisson_lock__channel:{pubsub:lock}"),
+			psSend("pub", 1, "EVAL", psPublish, "1", "ch", "payload"),
+			psRecv("sub", 1),
+			psSend("pub", 1, "EVAL", psPublish, "1", "nobody", "payload"),
+			psSend("pub", 1, "SET", "pubsub:lock", "token"),
+			psSend("pub", 1, "EVAL", psRedissonUnlock, "2", "pubsub:lock", "redisson_lock__channel:{pubsub:lock}", "0"),
+			psRecv("sub", 1),
+			psSend("pub", 1, "EVAL", psRedissonUnlock, "2", "pubsub:lock", "redisson_lock__channel:{pubsub:lock}", "0"),
+			psNone("sub"),
+			psSend("pub", 1, "SCRIPT", "LOAD", psPublish),
+			psSend("pub", 1, "EVALSHA", psSHA1(psPublish), "1", "ch", "by sha"),
+			psRecv("sub", 1),
+		}},
+	{name: "errors", conns: []psConn{{"c", instA}},
+		steps: []psStep{
+			psSend("c", 1, "SUBSCRIBE"),
+			psSend("c", 1, "PSUBSCRIBE"),
+			psSend("c", 1, "PUBLISH"),
+			psSend("c", 1, "PUBLISH", "ch"),
+			psSend("c", 1, "PUBLISH", "ch", "m", "extra"),
+			psSend("c", 1, "PUBSUB"),
+			psSend("c", 1, "PUBSUB", "NOSUCH"),
+			psSend("c", 1, "PUBSUB", "NUMPAT", "x"),
+			psSend("c", 1, "PUBSUB", "CHANNELS", "a", "b"),
+			psSend("c", 1, "EVAL", "return redis.pcall('publish', KEYS[1])", "1", "ch"),
+			psSend("c", 1, "GET", "pubsub:k"), // no error left the connection subscribed
+		}},
+}
+
+// TestPubSub runs each scenario on a real redis-server and on each
+// target, and requires the same frames, byte for byte.
+func TestPubSub(t *testing.T) {
+	redis := testsrv.StartRedis(t)
+	for _, target := range pubsubTargets(t) {
+		t.Run(target.name, func(t *testing.T) {
+			for _, sc := range psScenarios {
+				protos := sc.protos
+				if protos == nil {
+					protos = []int{2, 3}
+				}
+				for _, proto := range protos {
+					t.Run(fmt.Sprintf("resp%d/%s", proto, sc.name), func(t *testing.T) {
+						psRun(t, redis.Addr, target, proto, sc)
+					})
+				}
+			}
+		})
+	}
+}
+
+// psRun runs sc step by step on a real redis-server and on target, each
+// step on both before the next, and reports the first step whose frames
+// differ (what follows a difference would only repeat it).
+func psRun(t *testing.T, redisAddr string, target pubsubTarget, proto int, sc psScenario) {
+	for _, st := range sc.steps {
+		if !slices.ContainsFunc(sc.conns, func(c psConn) bool { return c.name == st.conn }) {
+			t.Fatalf("a step uses connection %q, which the scenario does not declare", st.conn)
+		}
+	}
+	ref := psOpen(t, "redis", [2]string{redisAddr, redisAddr}, proto, sc.conns)
+	got := psOpen(t, target.name, target.addrs, proto, sc.conns)
+	if ref == nil || got == nil {
+		return
+	}
+	closed := map[string]bool{}
+	steps := slices.Clone(sc.steps)
+	// RESET every connection left open: its reply must be the next frame
+	// (nothing pushed is pending), and the servers end with no
+	// subscription for the next scenario to see.
+	for _, c := range sc.conns {
+		steps = append(steps, psSend(c.name, 1, "RESET"))
+	}
+	failed := false
+	for i, st := range steps {
+		if closed[st.conn] {
+			continue
+		}
+		if failed {
+			if slices.Equal(st.args, []string{"RESET"}) {
+				psDrainReset(ref[st.conn])
+				psDrainReset(got[st.conn])
+			}
+			continue
+		}
+		w, g := psStepBoth(ref, got, st)
+		if err := psExpected(st, w); err != "" {
+			t.Fatalf("step %d on %s: %s: redis-server answered %q: %s; the scenario is wrong",
+				i+1, st.conn, psShowStep(st), w, err)
+		}
+		if st.closed {
+			closed[st.conn] = true
+		}
+		if msg := psDiff(st, w, g, target.name); msg != "" {
+			t.Errorf("step %d on %s: %s%s", i+1, st.conn, psShowStep(st), msg)
+			failed = true
+		}
+	}
+}
+
+// psOpen dials a scenario's connections to one deployment, on addrs (A
+// and B); for RESP3 each sends HELLO 3 first. It fails the test and
+// returns nil when a HELLO 3 is not answered with a map.
+func psOpen(t *testing.T, name string, addrs [2]string, proto int, conns []psConn) map[string]*respConn {
+	t.Helper()
+	s := map[string]*respConn{}
+	for _, c := range conns {
+		rc := dialRESP(t, addrs[c.on])
+		if proto == 3 {
+			// Not compared: the map names the server's version and the
+			// connection's ID.
+			if r, err := rc.do("HELLO", "3"); err != nil || !strings.HasPrefix(r, "%") {
+				t.Errorf("%s: %s: HELLO 3 = %q, %v", name, c.name, r, err)
+				return nil
+			}
+		}
+		s[c.name] = rc
+	}
+	return s
+}
+
+// psStepBoth runs st on both sides. A quiet step waits psQuiet once: both
+// deadlines are set before either side is read.
+func psStepBoth(ref, got map[string]*respConn, st psStep) (w, g []string) {
+	r, c := ref[st.conn], got[st.conn]
+	if !st.quiet {
+		w = psDo(r, st)
+		return w, psDoLike(c, st, w)
+	}
+	until := time.Now().Add(psQuiet)
+	r.c.SetReadDeadline(until)
+	c.c.SetReadDeadline(until)
+	return psQuietRead(r), psQuietRead(c)
+}
+
+// Pseudo-frames stand for what happened instead of a frame; a real frame
+// starts with a RESP type byte, never with "(".
+const (
+	psNothing   = "(no frame)"
+	psEOF       = "(connection closed)"
+	psTimeout   = "(no frame in time)"
+	psErrPrefix = "(error: "
+)
+
+// psDo sends st's command (if any) on c and reads st.frames frames; a
+// closed step reads until the server closes the connection.
+func psDo(c *respConn, st psStep) []string { return psDoLike(c, st, nil) }
+
+// psDoLike is psDo that stops reading at the first frame unlike want's
+// frame in its place (of another type, where the order may differ): an
+// error where Redis sends several frames is usually the only frame, and
+// waiting psWait for the rest would make each such failure slow.
+func psDoLike(c *respConn, st psStep, want []string) []string {
+	if st.args != nil {
+		c.c.SetWriteDeadline(time.Now().Add(psWait))
+		if _, err := c.c.Write(encodeCommand(st.args)); err != nil {
+			return []string{psFailure(err)}
+		}
+	}
+	n := st.frames
+	if st.closed {
+		n = 1
+	}
+	var out []string
+	for i := range n {
+		c.c.SetReadDeadline(time.Now().Add(psWait))
+		f, err := c.reply()
+		if err != nil {
+			return append(out, psFailure(err))
+		}
+		out = append(out, f)
+		if i < len(want) && (f[0] != want[i][0] || st.order == psExact && f != want[i]) {
+			return out
+		}
+	}
+	return out
+}
+
+// psDrainReset sends RESET on c after a failed step and reads until its
+// reply, past any frame left unread, so that the server has no
+// subscription of c's left when the next scenario starts.
+func psDrainReset(c *respConn) {
+	st := psSend("", 1, "RESET")
+	for f := psDo(c, st); len(f) == 1 && !strings.HasPrefix(f[0], "("); f = psDo(c, psRecv("", 1)) {
+		if f[0] == "+RESET\r\n" {
+			return
+		}
+	}
+}
+
+// psQuietRead reads what c receives before its deadline: psNothing, or
+// the frame that came.
+func psQuietRead(c *respConn) []string {
+	if _, err := c.rd.Peek(1); err != nil {
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			return []string{psNothing}
+		}
+		return []string{psFailure(err)}
+	}
+	return psDo(c, psStep{frames: 1})
+}
+
+func psFailure(err error) string {
+	if diffClosed(err) {
+		return psEOF
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return psTimeout
+	}
+	return psErrPrefix + err.Error() + ")"
+}
+
+// psExpected says what is wrong with redis-server's frames w for st, or
+// "" when they are what the scenario expects: a scenario is written
+// against Redis, so a mismatch there is the scenario's fault.
+func psExpected(st psStep, w []string) string {
+	switch {
+	case st.quiet:
+		if !slices.Equal(w, []string{psNothing}) {
+			return "a frame came where none should"
+		}
+	case st.closed:
+		if !slices.Equal(w, []string{psEOF}) {
+			return "the connection stayed open"
+		}
+	case slices.Equal(st.args, []string{"RESET"}) && !slices.Equal(w, []string{"+RESET\r\n"}):
+		// RESET's reply is the one frame whose place is certain: anything
+		// else means an earlier step read too few frames or too many.
+		return "frames left unread before RESET's reply"
+	default:
+		for _, f := range w {
+			if strings.HasPrefix(f, "(") {
+				return fmt.Sprintf("%d frames expected", st.frames)
+			}
+		}
+	}
+	return ""
+}
+
+// psDiff compares st's frames from redis (w) and the target (g) as st's
+// order says, and describes the first difference, or returns "".
+func psDiff(st psStep, w, g []string, target string) string {
+	nw, ng := psNormalize(st.order, w), psNormalize(st.order, g)
+	if slices.Equal(nw, ng) {
+		return ""
+	}
+	note := ""
+	if st.order != psExact {
+		w, g = nw, ng
+		note = " (normalized: " + map[psOrder]string{psElemsSet: "elements sorted", psChanSet: "channels sorted"}[st.order] + ")"
+	}
+	for i := range max(len(w), len(g)) {
+		fw, fg := "(missing)", "(missing)"
+		if i < len(w) {
+			fw = w[i]
+		}
+		if i < len(g) {
+			fg = g[i]
+		}
+		if fw != fg {
+			return fmt.Sprintf(", frame %d of %d%s\n%12s: %q\n%12s: %q", i+1, len(w), note, "redis", fw, target, fg)
+		}
+	}
+	return ""
+}
+
+// psNormalize rewrites frames so that orders Redis leaves unspecified
+// compare equal: psElemsSet sorts the elements of each aggregate frame;
+// psChanSet sorts the channels (second elements) across the frames and
+// gives them back in order, so kinds and running counts still compare
+// position by position.
+func psNormalize(o psOrder, frames []string) []string {
+	if o == psExact {
+		return frames
+	}
+	out := slices.Clone(frames)
+	type split struct {
+		head  string
+		elems []string
+	}
+	var parts []split
+	for _, f := range frames {
+		head, elems, ok := psSplit(f)
+		if !ok {
+			return out // not aggregates: compared as they are
+		}
+		parts = append(parts, split{head, elems})
+	}
+	if o == psElemsSet {
+		for i, p := range parts {
+			slices.Sort(p.elems)
+			out[i] = p.head + strings.Join(p.elems, "")
+		}
+		return out
+	}
+	var chans []string
+	for _, p := range parts {
+		if len(p.elems) < 2 {
+			return out
+		}
+		chans = append(chans, p.elems[1])
+	}
+	slices.Sort(chans)
+	for i, p := range parts {
+		p.elems[1] = chans[i]
+		out[i] = p.head + strings.Join(p.elems, "")
+	}
+	return out
+}
+
+// psSplit splits an array or push frame into its header line and its
+// elements' raw bytes.
+func psSplit(frame string) (head string, elems []string, ok bool) {
+	if frame == "" || (frame[0] != '*' && frame[0] != '>') {
+		return "", nil, false
+	}
+	head, rest, found := strings.Cut(frame, "\r\n")
+	if !found {
+		return "", nil, false
+	}
+	head += "\r\n"
+	r := &respConn{rd: bufio.NewReader(strings.NewReader(rest))}
+	for {
+		if _, err := r.rd.Peek(1); err != nil {
+			return head, elems, true
+		}
+		e, err := r.reply()
+		if err != nil {
+			return "", nil, false
+		}
+		elems = append(elems, e)
+	}
+}
+
+func psShowStep(st psStep) string {
+	switch {
+	case st.quiet:
+		return fmt.Sprintf("no frame within %v", psQuiet)
+	case st.closed:
+		return "the server closes the connection"
+	case st.args == nil:
+		return fmt.Sprintf("%d pushed frame(s)", st.frames)
+	}
+	return diffShow(st.args)
+}
+
+func psSHA1(src string) string { return fmt.Sprintf("%x", sha1.Sum([]byte(src))) }
+
+// TestPubSubSlowSubscriber: a subscriber that stops reading is closed once
+// the messages waiting for it pass Redis's pubsub output limit (32 MiB by
+// default), as Redis closes it, and publishing goes on meanwhile.
+func TestPubSubSlowSubscriber(t *testing.T) {
+	t.Parallel()
+	const n, size = 48, 1 << 20
+	for _, tc := range []struct{ name, addr string }{
+		{"redis", testsrv.StartRedis(t).Addr},
+		{"memory", testsrv.StartMemoryProxy(t)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sub, pub := dialRESP(t, tc.addr), dialRESP(t, tc.addr)
+			if r, err := sub.do("SUBSCRIBE", "flood"); err != nil || !strings.Contains(r, "flood") {
+				t.Fatalf("SUBSCRIBE = %q, %v", r, err)
+			}
+			msg := strings.Repeat("x", size)
+			for i := range n {
+				if r, err := pub.do("PUBLISH", "flood", msg); err != nil || (r != ":1\r\n" && r != ":0\r\n") {
+					t.Fatalf("PUBLISH %d = %q, %v", i, r, err)
+				}
+			}
+			sub.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			got, err := io.Copy(io.Discard, sub.rd)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the subscriber is still open after %d MiB it did not read (%d bytes delivered)", n, got)
+			}
+			if got >= n*size {
+				t.Fatalf("all %d bytes were delivered; want the subscriber closed before", got)
+			}
+			t.Logf("closed after %d MiB delivered", got>>20)
+		})
+	}
+}
