@@ -91,13 +91,23 @@ type Hub interface {
 	Deliver(channel, msg []byte) int64
 }
 
-// Publisher is implemented by a Backend whose scripts may PUBLISH: the
-// proxy gives it its Hub before serving, and the backend delivers a
-// script's messages there once the script's changes are committed, so a
-// waiter woken by one never finds the old state. A backend that is not
-// a Publisher refuses scripts that publish.
+// Publisher is implemented by a Backend that delivers messages into the
+// instance's Hub, which the proxy gives it before serving: those of its
+// scripts that PUBLISH, once the script's changes are committed (so a
+// waiter woken by one never finds the old state), and those other
+// instances publish (Bus). A backend whose scripts cannot deliver their
+// messages refuses scripts that publish.
 type Publisher interface {
 	SetHub(h Hub)
+}
+
+// Bus is implemented by a Backend that carries pub/sub messages between
+// the lockproxy instances sharing it. Publish hands a message to the other
+// instances, each of which delivers it to its Hub; this instance's own
+// subscribers get it from the proxy. An error means it may not have
+// reached them.
+type Bus interface {
+	Publish(ctx context.Context, channel, msg []byte) error
 }
 
 // Expiry is an absolute or relative expiry; the zero Expiry means none.

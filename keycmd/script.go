@@ -26,7 +26,7 @@ type ScriptCaller struct {
 	// Hub, when set, serves redis.call('publish'): the messages are kept
 	// and handed to it by Deliver, once the script's changes are in.
 	Hub       backend.Hub
-	published [][2][]byte
+	Published [][2][]byte // channel and message, in order
 }
 
 // Publishes tells luascripts' Runner that a script that publishes may run.
@@ -34,10 +34,9 @@ func (c *ScriptCaller) Publishes() bool { return c.Hub != nil }
 
 // Deliver hands the messages the script published to the Hub, in order.
 func (c *ScriptCaller) Deliver() {
-	for _, m := range c.published {
+	for _, m := range c.Published {
 		c.Hub.Deliver(m[0], m[1])
 	}
-	c.published = nil
 }
 
 // LockModelOnly tells luascripts' Runner that this Caller serves
@@ -108,7 +107,7 @@ func (c *ScriptCaller) conn(n string, args [][]byte) (backend.Value, error) {
 		// Redis counts the receivers as it publishes; here they are
 		// counted now and get the message when the script is done.
 		n := c.Hub.Receivers(args[1])
-		c.published = append(c.published, [2][]byte{bytes.Clone(args[1]), bytes.Clone(args[2])})
+		c.Published = append(c.Published, [2][]byte{bytes.Clone(args[1]), bytes.Clone(args[2])})
 		return backend.Int(n), nil
 	case "time":
 		now := time.Now()

@@ -22,6 +22,10 @@
 //     failed commit is TRYAGAIN, never a false success. A script is atomic
 //     over its keys. A value of another type than string is kept whole in
 //     its lease row (kind, and model.Encode's bytes in token).
+//   - Pub/sub between instances (pubsub.go): a message published through
+//     one instance, by PUBLISH or by a script after its commit, reaches
+//     the subscribers of every instance LISTENing on the database, or the
+//     publisher gets an error.
 //   - A client's context never reaches a holder connection; exclusion on a
 //     shared holder session comes from this package's lease state, not
 //     from PostgreSQL alone.

@@ -274,10 +274,18 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 		return v, err
 	}
 	var v backend.Value
+	var c *keycmd.ScriptCaller
 	err := b.write(ctx, dk, func(ks backend.KeySpace) (err error) {
-		v, err = b.runner.Run(ctx, s, keys, args, &keycmd.ScriptCaller{KS: partial{ks}, DB: db, RO: ro})
+		c = &keycmd.ScriptCaller{KS: partial{ks}, DB: db, RO: ro, Hub: b.hub} // a round that reruns starts over
+		v, err = b.runner.Run(ctx, s, keys, args, c)
 		return err
 	})
+	if err == nil && len(c.Published) > 0 {
+		// Committed: its messages go out now (a script that fails after
+		// publishing keeps its changes, as in Redis, but its messages are
+		// not sent: the error may be the commit's).
+		err = b.published(ctx, c.Published)
+	}
 	var h *heldError
 	if errors.As(err, &h) {
 		rep, err := b.store.route(ctx, h, &routeReq{Op: "eval", DB: db, Script: s, Keys: byteKeys(keys), Args: args, RO: ro})

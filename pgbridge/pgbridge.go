@@ -84,6 +84,9 @@ type Backend struct {
 	ctx    context.Context // ends at Close: background work
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	hub     backend.Hub // this instance's subscribers (pubsub.go), set before serving
+	hubOnce sync.Once
 }
 
 var (

@@ -321,6 +321,9 @@ func (cl *client) blocking(args [][]byte) bool {
 			return !s.immediate && !cl.inMulti
 		case "exec":
 			return !s.immediate
+		case "publish":
+			_, bus := s.b.(backend.Bus)
+			return bus
 		}
 		return false
 	}

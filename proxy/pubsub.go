@@ -26,8 +26,9 @@ import (
 // 60 s: client-output-buffer-limit pubsub's defaults) closes its
 // connection, as Redis does.
 //
-// Messages reach the subscribers of this instance. Across instances that
-// share a backend they do not yet (issue 26): docs/pubsub.md says so.
+// The broker reaches this instance's subscribers; a backend.Bus carries
+// PUBLISH to the other instances sharing the backend, and a
+// backend.Publisher delivers their messages, and its scripts', here.
 
 const (
 	pushHardLimit = 32 << 20
@@ -321,7 +322,17 @@ func cmdPSubscribe(cl *client, args [][]byte) backend.Value   { return cl.subscr
 func cmdUnsubscribe(cl *client, args [][]byte) backend.Value  { return cl.unsubscribe(args[1:], false) }
 func cmdPUnsubscribe(cl *client, args [][]byte) backend.Value { return cl.unsubscribe(args[1:], true) }
 
+// cmdPublish delivers to this instance's subscribers and, through a
+// backend.Bus, to the other instances' (first: a failure there is the
+// reply, and nobody got the message).
 func cmdPublish(cl *client, args [][]byte) backend.Value {
+	if bus, ok := cl.s.b.(backend.Bus); ok {
+		ctx, cancel := cl.commandCtx()
+		defer cancel()
+		if err := bus.Publish(ctx, args[1], args[2]); err != nil {
+			return cl.errorValue("publish", err)
+		}
+	}
 	return backend.Int(cl.s.broker.deliver(args[1], args[2]))
 }
 

@@ -36,6 +36,9 @@
 //     it) is kept out of votes for the longest TTL granted, unless it
 //     persists every write (marker.go, safety.go); the monitor reports
 //     persistence and eviction settings that can lose locks.
+//   - PUBLISH reaches the other instances through the nodes once Q nodes
+//     took it, each message delivered once per instance (pubsub.go);
+//     scripts that publish are refused.
 //
 // Not guaranteed: Redlock's safety rests on the nodes' clocks running at
 // about the same rate; a client paused past its TTL can still act on a

@@ -75,6 +75,7 @@ type Backend struct {
 
 	classes    luascripts.Classes // what each script does (classify.go)
 	order      orderHolds         // each node's unanswered writes, by stripe (order.go)
+	bus        bus                // pub/sub between instances (pubsub.go)
 	lp         loops              // the event loops' node connections (loop.go)
 	late       lateWork           // work that must not block a loop or a reader: late undos, horizon raises
 	repairs    repairQueue        // keys whose node connection broke unanswered (repair.go)
@@ -176,6 +177,7 @@ func (b *Backend) Close(context.Context) error {
 	<-b.done
 	<-b.repairDone
 	b.late.close()
+	b.bus.close()
 	var errs *multierror.Error
 	errs = multierror.Append(errs, b.closeHorizon())
 	b.closeLoops()

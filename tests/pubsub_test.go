@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/pgbridge"
+	"github.com/lockproxy/lockproxy/proxy"
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // pubsubTarget is one lockproxy deployment under test. Each connection of
@@ -27,7 +30,13 @@ type pubsubTarget struct {
 // a name and the addresses of its instances.
 func pubsubTargets(t *testing.T) []pubsubTarget {
 	mem := testsrv.StartMemoryProxy(t)
-	return []pubsubTarget{{name: "memory", addrs: [2]string{mem, mem}}}
+	adv, _ := testsrv.StartPostgresProxy(t, pgbridge.Advisory)
+	lease, _ := testsrv.StartPostgresProxy(t, pgbridge.Lease)
+	return []pubsubTarget{
+		{name: "memory", addrs: [2]string{mem, mem}},
+		{name: "pg-advisory", addrs: [2]string{adv, adv}},
+		{name: "pg-lease", addrs: [2]string{lease, lease}},
+	}
 }
 
 // Instances a scenario's connection opens on.
@@ -619,6 +628,98 @@ func TestPubSubSlowSubscriber(t *testing.T) {
 				t.Fatalf("all %d bytes were delivered; want the subscriber closed before", got)
 			}
 			t.Logf("closed after %d MiB delivered", got>>20)
+		})
+	}
+}
+
+// TestPubSubAcrossInstances: a message published through one lockproxy
+// instance — by PUBLISH, and on postgres by a release script once its
+// change is committed — reaches a subscriber on another instance sharing
+// the backend (by channel and by pattern), once, and the woken waiter finds
+// the lock released. The PUBLISH count is the publishing instance's own
+// receivers (docs/pubsub.md).
+func TestPubSubAcrossInstances(t *testing.T) {
+	t.Parallel()
+	pg := func(strategy string) func(t *testing.T) (string, string) {
+		return func(t *testing.T) (string, string) {
+			a, dsn := testsrv.StartPostgresProxy(t, strategy)
+			return a, startPostgresProxyOn(t, dsn, strategy)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		start   func(t *testing.T) (string, string)
+		scripts bool // scripts may publish
+	}{
+		{pgbridge.Advisory, pg(pgbridge.Advisory), true},
+		{pgbridge.Lease, pg(pgbridge.Lease), true},
+		{"quorum", func(t *testing.T) (string, string) {
+			a, nodes := testsrv.StartQuorumProxy(t, 3)
+			var addrs []string
+			for _, n := range nodes {
+				addrs = append(addrs, n.Addr)
+			}
+			qb, err := quorum.New(quorum.Config{Nodes: addrs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a, testsrv.StartLockproxy(t, proxy.Config{BackendName: "quorum"}, qb)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, b := tc.start(t)
+			sub, pub := dialRESP(t, a), dialRESP(t, b)
+			for _, cmd := range [][]string{{"SUBSCRIBE", "lock:released"}, {"PSUBSCRIBE", "lock:*"}} {
+				if r, err := sub.do(cmd...); err != nil || !strings.HasPrefix(r, "*3\r\n") {
+					t.Fatalf("%v = %q, %v", cmd, r, err)
+				}
+			}
+			expect := func(frames ...string) {
+				t.Helper()
+				sub.c.SetDeadline(time.Now().Add(5 * time.Second))
+				for _, want := range frames {
+					if got, err := sub.reply(); err != nil || got != want {
+						t.Fatalf("on instance A: %q, %v; want %q", got, err, want)
+					}
+				}
+			}
+			if r, err := pub.do("PUBLISH", "lock:released", "m1"); err != nil || r != ":0\r\n" {
+				t.Fatalf("PUBLISH on instance B = %q, %v; want :0 (nobody subscribed there)", r, err)
+			}
+			expect("*3\r\n$7\r\nmessage\r\n$13\r\nlock:released\r\n$2\r\nm1\r\n",
+				"*4\r\n$8\r\npmessage\r\n$6\r\nlock:*\r\n$13\r\nlock:released\r\n$2\r\nm1\r\n")
+
+			sub.c.SetDeadline(time.Now().Add(psQuiet)) // each message once, though N nodes carried it
+			if got, err := sub.reply(); err == nil {
+				t.Fatalf("on instance A, a message twice: %q", got)
+			}
+			sub = dialRESP(t, a)
+			for _, cmd := range [][]string{{"SUBSCRIBE", "lock:released"}, {"PSUBSCRIBE", "lock:*"}} {
+				if r, err := sub.do(cmd...); err != nil || !strings.HasPrefix(r, "*3\r\n") {
+					t.Fatalf("%v = %q, %v", cmd, r, err)
+				}
+			}
+			if !tc.scripts {
+				return
+			}
+			// A release script on B: the waiter on A, woken, finds the key free.
+			if r, err := pub.do("SET", "k", "tok", "NX", "PX", "30000"); err != nil || r != "+OK\r\n" {
+				t.Fatalf("SET NX = %q, %v", r, err)
+			}
+			release := "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]); return redis.call('publish', KEYS[2], ARGV[2]) end return -1"
+			if r, err := pub.do("EVAL", release, "2", "k", "lock:released", "tok", "free"); err != nil || r != ":0\r\n" {
+				t.Fatalf("release script on B = %q, %v", r, err)
+			}
+			expect("*3\r\n$7\r\nmessage\r\n$13\r\nlock:released\r\n$4\r\nfree\r\n",
+				"*4\r\n$8\r\npmessage\r\n$6\r\nlock:*\r\n$13\r\nlock:released\r\n$4\r\nfree\r\n")
+			if r, err := dialRESP(t, a).do("SET", "k", "waiter", "NX", "PX", "30000"); err != nil || r != "+OK\r\n" {
+				t.Fatalf("the woken waiter's SET NX on A = %q, %v; want OK", r, err)
+			}
+			// A message too big for a NOTIFY is an error, not a local delivery.
+			if r, err := pub.do("PUBLISH", "lock:released", strings.Repeat("x", 10000)); err != nil || !strings.HasPrefix(r, "-ERR lockproxy's postgres backend carries messages of up to") {
+				t.Fatalf("PUBLISH of 10 kB = %q, %v; want the limit's error", r, err)
+			}
 		})
 	}
 }

@@ -379,7 +379,7 @@ async function simpleRedisMutex() {
 }
 
 // publishes are the targets whose scripts may PUBLISH (docs/pubsub.md).
-const publishes = new Set(['redis', 'lockproxy']);
+const publishes = new Set(['redis', 'lockproxy', 'pg-advisory', 'pg-lease']);
 
 const libraries = {
   redlock4, redlock5, semaphore, 'semaphore-n': semaphoreN, multisemaphore: multiSemaphore,
