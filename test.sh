@@ -63,6 +63,6 @@ go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
 LOCKPROXY_TEST_DATA_PATH=goroutines LOCKPROXY_TEST_PG_ROW_DELAY=0s \
 	go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
 	-race -count=1 -timeout 15m \
-	-run 'TestDifferential$|TestDifferentialQuorum|TestPubSub|TestDifferentialPostgres|TestNative|TestNewerCommands|TestResp|TestGoRedis|TestRedsync|TestRedislock$|TestOps|TestMulti|TestScriptsBeyondLockModelAlike|TestScriptsTypedAlike|TestAdmin|TestMetrics|TestPostgres|TestRedisCLI' \
+	-run 'TestDifferential$|TestDifferentialQuorum|TestPubSub|TestTrackingRedirect|TestRueidis|TestDifferentialPostgres|TestNative|TestNewerCommands|TestResp|TestGoRedis|TestRedsync|TestRedislock$|TestOps|TestMulti|TestScriptsBeyondLockModelAlike|TestScriptsTypedAlike|TestAdmin|TestMetrics|TestPostgres|TestRedisCLI' \
 	./tests/ ./tests/faults/ |
 	grep --line-buffered -Ev '^(PASS|SKIP) [^ .]+\.[^ /]+/'

@@ -36,6 +36,8 @@ func cmdReset(cl *client, args [][]byte) backend.Value {
 	cl.inMulti, cl.dirty, cl.queue = false, false, nil
 	cl.authed, cl.user = !cl.s.authRequired(), ""
 	cl.leaveAll()
+	cl.s.tracker.disable(cl)
+	cl.track = tracking{}
 	cl.closeUpstream() // a fresh upstream connection for the fresh state
 	return backend.Status("RESET")
 }
@@ -166,6 +168,21 @@ func cmdClient(cl *client, args [][]byte) backend.Value {
 		return backend.Value{Kind: backend.KindVerbatim, Str: []byte(cl.infoLine() + "\n")}
 	case "list":
 		return cl.clientList(args[2:])
+	case "tracking":
+		if len(args) < 3 {
+			return wrong()
+		}
+		return cmdClientTracking(cl, args)
+	case "caching":
+		if len(args) != 3 {
+			return wrong()
+		}
+		return cmdClientCaching(cl, args)
+	case "getredir":
+		if len(args) != 2 {
+			return wrong()
+		}
+		return cl.getRedir()
 	case "no-evict", "no-touch":
 		if len(args) != 3 {
 			return wrong()

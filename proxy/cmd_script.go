@@ -172,6 +172,7 @@ func (cl *client) eval(name string, sc backend.Script, keys []string, argv [][]b
 	if err != nil {
 		return cl.errorValue(name, err)
 	}
+	cl.trackedScript(keys, ro)
 	return v
 }
 

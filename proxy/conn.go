@@ -47,6 +47,10 @@ type client struct {
 	out      outbox // messages waiting for the front end to write them
 	pushing  bool   // the goroutine front end's pusher runs (startPushes)
 
+	track       tracking // CLIENT TRACKING (tracking.go)
+	trackShared tracking // the same, as the tracker reads it under its lock
+	invalAfter  []byte   // invalidations of its own write, sent after the reply
+
 	// alt stands in for the backend while a command is started on, or
 	// finished from, an event loop; t0 is then when it started
 	// (loop_backend.go).
@@ -111,6 +115,7 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 type result struct {
 	v        backend.Value
 	pushes   []byte // pub/sub messages to write before the reply (pubsub.go)
+	after    []byte // invalidations to write after it (tracking.go)
 	raw      []byte // a passthrough reply to write as is, instead of v
 	panicked bool   // v is the internal error; the connection closes after it
 }
@@ -137,10 +142,13 @@ func (cl *client) run(args [][]byte) (r result) {
 	}
 	r.v = cl.command(args)
 	r.raw, cl.raw = cl.raw, nil
-	if cl.out.pending.Load() && cl.subs.count() > 0 && !subscribing(args[0]) {
-		// Messages that came while it ran (a PUBLISH to itself, in RESP3)
-		// go before its reply, as Redis writes them; never before a
-		// SUBSCRIBE's confirmation.
+	cl.afterCommand(cl.lastCmd)
+	r.after, cl.invalAfter = cl.invalAfter, nil
+	if cl.out.pending.Load() && !subscribing(args[0]) {
+		// Messages that came while it ran (a PUBLISH to itself in RESP3,
+		// the invalidation of a key it tracks and wrote) go before its
+		// reply, as Redis writes them; never before a SUBSCRIBE's
+		// confirmation.
 		var over bool
 		if r.pushes, over = cl.out.take(nil, 0); over {
 			cl.closeNow = true // past the pubsub output limits: closed after the reply
@@ -158,13 +166,14 @@ func (cl *client) appendReply(b []byte, r result) []byte {
 	b = append(b, r.pushes...)
 	switch {
 	case r.panicked:
-		return appendValue(b, r.v, cl.resp3)
+		b = appendValue(b, r.v, cl.resp3)
 	case cl.muted():
-		return b
 	case r.raw != nil:
-		return append(b, r.raw...)
+		b = append(b, r.raw...)
+	default:
+		b = appendValue(b, r.v, cl.resp3)
 	}
-	return appendValue(b, r.v, cl.resp3)
+	return append(b, r.after...)
 }
 
 // replyMode is the state CLIENT REPLY sets.
@@ -378,6 +387,8 @@ func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
 	v, err := kc.Exec(ctx, cl.store(), cl.db, args)
 	if err != nil {
 		v = cl.errorValue(kc.Name, err)
+	} else {
+		cl.tracked(kc, args)
 	}
 	if cl.s.metrics != nil {
 		cl.s.metrics.locks.observe(kc.Name, args, v)

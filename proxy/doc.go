@@ -28,10 +28,14 @@
 //     arrives, with Redis's protocol errors, limits.go), Redis's limits
 //     before AUTH, MaxScriptBytes, MaxScriptCacheBytes (past it the cache
 //     starts over and clients fall back from EVALSHA to EVAL).
-//   - Pub/sub (pubsub.go) as Redis serves it, for this instance's
-//     subscribers: a message never reaches a subscriber before the reply
-//     to its SUBSCRIBE, a script's messages go out after the script, and a
-//     subscriber past the pubsub output limits is closed.
+//   - Pub/sub (pubsub.go) as Redis serves it: a message never reaches a
+//     subscriber before the reply to its SUBSCRIBE, a script's messages go
+//     out after the script, a subscriber past the pubsub output limits is
+//     closed; a backend.Bus carries PUBLISH to the other instances.
+//   - Client-side caching (tracking.go): every write through this instance
+//     of a key a client tracks sends it an invalidation; a spurious one is
+//     possible, a missed one is not (expiry and other instances' writes
+//     aside: docs/pubsub.md).
 //   - A panic while serving a command answers "-ERR internal error", is
 //     logged with its stack, and closes that connection only.
 //   - Shutdown stops accepting, lets every command already received finish

@@ -60,12 +60,15 @@ func (s *subs) count() int { return len(s.channels) + len(s.patterns) }
 type outbox struct {
 	pending atomic.Bool // something waits: the front end takes it soon
 	resp3   atomic.Bool // the connection's protocol, for publishers to read
-	mu      sync.Mutex
-	buf     []byte
-	over    bool      // past the limits: the connection is to be closed
-	softAt  time.Time // when the output went past the soft limit; zero: below it
-	notify  func()    // the front end's nudge: look at the outbox soon
-	overFn  func()    // the front end's: the limits are broken, close now
+	// invalidateSub: subscribed to __redis__:invalidate, where clients
+	// that redirect their invalidations to it send them (tracking.go).
+	invalidateSub atomic.Bool
+	mu            sync.Mutex
+	buf           []byte
+	over          bool      // past the limits: the connection is to be closed
+	softAt        time.Time // when the output went past the soft limit; zero: below it
+	notify        func()    // the front end's nudge: look at the outbox soon
+	overFn        func()    // the front end's: the limits are broken, close now
 }
 
 // put appends a frame and nudges the front end, once until it takes.
@@ -271,6 +274,9 @@ func (cl *client) subscribe(names [][]byte, pattern bool) backend.Value {
 			(*own)[string(name)] = struct{}{}
 			cl.s.broker.add(index, string(name), cl)
 		}
+		if !pattern && string(name) == invalidateChannel {
+			cl.out.invalidateSub.Store(true)
+		}
 		b = frame(b, cl.resp3, kind, [][]byte{name}, cl.subs.count(), true)
 	}
 	cl.raw = b
@@ -297,6 +303,9 @@ func (cl *client) unsubscribe(names [][]byte, pattern bool) backend.Value {
 			delete(*own, string(name))
 			cl.s.broker.remove(index, string(name), cl)
 		}
+		if !pattern && string(name) == invalidateChannel {
+			cl.out.invalidateSub.Store(false)
+		}
 		b = frame(b, cl.resp3, kind, [][]byte{name}, cl.subs.count(), true)
 	}
 	if len(names) == 0 {
@@ -315,6 +324,7 @@ func (cl *client) leaveAll() {
 		cl.s.broker.remove(cl.s.broker.patterns, name, cl)
 	}
 	cl.subs = subs{}
+	cl.out.invalidateSub.Store(false)
 }
 
 func cmdSubscribe(cl *client, args [][]byte) backend.Value    { return cl.subscribe(args[1:], false) }

@@ -115,7 +115,8 @@ type Server struct {
 	b       backend.Backend
 	log     *slog.Logger
 	scripts *scriptCache
-	broker  *broker // this instance's pub/sub subscribers (pubsub.go)
+	broker  *broker  // this instance's pub/sub subscribers (pubsub.go)
+	tracker *tracker // CLIENT TRACKING's table (tracking.go)
 	started time.Time
 	metrics *metrics // nil without a Registerer
 	// immediate: the backend never blocks (backend.Immediate), so key
@@ -145,7 +146,7 @@ func New(cfg Config, b backend.Backend) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, immediate := b.(backend.Immediate)
 	s := &Server{immediate: immediate,
-		cfg: cfg, b: b, log: cfg.Logger, scripts: newScriptCache(cfg.MaxScriptCacheBytes), broker: newBroker(),
+		cfg: cfg, b: b, log: cfg.Logger, scripts: newScriptCache(cfg.MaxScriptCacheBytes), broker: newBroker(), tracker: newTracker(),
 		started: time.Now(), ctx: ctx, cancel: cancel,
 		clients: make(map[*client]struct{}), idle: make(chan struct{}),
 	}
@@ -279,6 +280,7 @@ func (s *Server) register(cl *client) bool {
 // forget removes a closed client and ends a drain that waited for it.
 func (s *Server) forget(cl *client) {
 	cl.leaveAll()
+	s.tracker.forget(cl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.clients, cl)

@@ -98,6 +98,7 @@ type psScenario struct {
 	protos []int
 	conns  []psConn
 	steps  []psStep
+	only   []string // the targets that serve every command of it (nil: all)
 }
 
 // psRedissonUnlock is Redisson's forceUnlock script: a lock's release is
@@ -225,6 +226,84 @@ var psScenarios = []psScenario{
 			psSend("sub", 1, "GET", "pubsub:k"),
 			psSend("pub", 1, "PUBLISH", "c", "after reset"),
 		}},
+	// CLIENT TRACKING (client-side caching): invalidation pushes.
+	{name: "tracking", protos: []int{3}, conns: []psConn{{"c", instA}, {"w", instA}},
+		steps: []psStep{
+			// The keys of an earlier target's run are gone (a reply that is nil on both).
+			psSend("w", 1, "EVAL", "redis.call('del', unpack(KEYS))", "9", "trk:k", "trk:k2", "trk:s", "trk:o", "trk:o2", "trk:b1", "trk:z", "trk:n", "trk:f"),
+			psSend("c", 1, "CLIENT", "GETREDIR"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON"),
+			psSend("c", 1, "CLIENT", "GETREDIR"),
+			psSend("c", 1, "GET", "trk:k"),
+			psSend("w", 1, "SET", "trk:k", "v"),
+			psRecv("c", 1), // invalidate [trk:k]
+			psSend("c", 1, "GET", "trk:k"),
+			psSend("c", 2, "SET", "trk:k", "own"), // its own write: the push, then the reply
+			psSend("w", 1, "SET", "trk:k", "v2"),  // not read since: nothing
+			psNone("c"),
+			psSend("w", 1, "SET", "trk:k2", "v"),
+			psSend("c", 1, "MGET", "trk:k", "trk:k2"),
+			psSend("w", 1, "DEL", "trk:k", "trk:k2"),
+			psRecv("c", 2), // a push per key (lockproxy would also send one for a key DEL did not find)
+			psSend("c", 1, "EVAL_RO", "return redis.call('get', KEYS[1])", "1", "trk:s"),
+			psSend("w", 1, "EVAL", "return redis.call('set', KEYS[1], ARGV[1])", "1", "trk:s", "x"),
+			psRecv("c", 1),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "OPTOUT"), // mode switch needs OFF first
+			psSend("c", 1, "CLIENT", "TRACKING", "OFF"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "OPTIN"),
+			psSend("c", 1, "GET", "trk:o"),
+			psSend("w", 1, "SET", "trk:o", "1"),
+			psNone("c"), // OPTIN: not cached without CLIENT CACHING YES
+			psSend("c", 1, "CLIENT", "CACHING", "YES"),
+			psSend("c", 1, "GET", "trk:o"),
+			psSend("c", 1, "GET", "trk:o2"), // CACHING YES lasts one command
+			psSend("w", 1, "SET", "trk:o2", "1"),
+			psNone("c"),
+			psSend("w", 1, "SET", "trk:o", "2"),
+			psRecv("c", 1),
+			psSend("c", 1, "CLIENT", "CACHING", "NO"),
+			psSend("c", 1, "CLIENT", "TRACKING", "OFF"),
+			psSend("c", 1, "CLIENT", "CACHING", "YES"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "trk:b"),
+			psSend("w", 1, "SET", "trk:b1", "x"),
+			psRecv("c", 1),
+			psSend("w", 1, "SET", "trk:z", "x"),
+			psNone("c"),
+			psSend("c", 1, "CLIENT", "TRACKING", "OFF"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "NOLOOP"),
+			psSend("c", 1, "GET", "trk:n"),
+			psSend("c", 1, "SET", "trk:n", "1"), // NOLOOP: no push for its own write
+			psSend("w", 1, "SET", "trk:n", "2"), // and the key was dropped from the table
+			psNone("c"),
+			psSend("c", 1, "CLIENT", "TRACKING", "OFF"),
+		}},
+	{name: "tracking-flush", protos: []int{3}, only: []string{"memory"}, // postgres serves no FLUSHDB
+		conns: []psConn{{"c", instA}, {"w", instA}},
+		steps: []psStep{
+			psSend("c", 1, "CLIENT", "TRACKING", "ON"),
+			psSend("c", 1, "GET", "trk:f"),
+			psSend("w", 1, "FLUSHDB"),
+			psRecv("c", 1), // invalidate with a null: everything
+			psSend("c", 1, "CLIENT", "TRACKING", "OFF"),
+		}},
+	{name: "tracking-errors", conns: []psConn{{"c", instA}},
+		steps: []psStep{
+			psSend("c", 1, "CLIENT", "CACHING", "YES"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "PREFIX", "a"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "BCAST", "OPTIN"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "OPTIN", "OPTOUT"),
+			psSend("c", 1, "CLIENT", "TRACKING", "MAYBE"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "NOSUCH"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "REDIRECT", "999999999"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "REDIRECT", "x"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a", "PREFIX", "ab"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "OPTIN"),
+			psSend("c", 1, "CLIENT", "CACHING", "NO"),
+			psSend("c", 1, "CLIENT", "CACHING", "MAYBE"),
+			psSend("c", 1, "CLIENT", "TRACKING", "ON", "BCAST"),
+			psSend("c", 1, "CLIENT", "TRACKING", "OFF"),
+			psSend("c", 1, "CLIENT", "TRACKING"),
+		}},
 	{name: "pubsub-introspection", conns: []psConn{{"s1", instA}, {"s2", instA}, {"q", instB}},
 		steps: []psStep{
 			psSend("q", 1, "PUBSUB", "CHANNELS"),
@@ -286,6 +365,9 @@ func TestPubSub(t *testing.T) {
 	for _, target := range pubsubTargets(t) {
 		t.Run(target.name, func(t *testing.T) {
 			for _, sc := range psScenarios {
+				if sc.only != nil && !slices.Contains(sc.only, target.name) {
+					continue
+				}
 				protos := sc.protos
 				if protos == nil {
 					protos = []int{2, 3}
@@ -721,5 +803,54 @@ func TestPubSubAcrossInstances(t *testing.T) {
 				t.Fatalf("PUBLISH of 10 kB = %q, %v; want the limit's error", r, err)
 			}
 		})
+	}
+}
+
+// TestTrackingRedirect: a RESP2 client that tracks with REDIRECT has its
+// invalidations sent as messages on __redis__:invalidate to the client it
+// names; the frames are Redis's (the IDs differ, so this is not a
+// psScenarios case).
+func TestTrackingRedirect(t *testing.T) {
+	t.Parallel()
+	frames := func(addr string) []string {
+		r, c, w := dialRESP(t, addr), dialRESP(t, addr), dialRESP(t, addr)
+		id, err := r.do("CLIENT", "ID")
+		if err != nil || !strings.HasPrefix(id, ":") {
+			t.Fatalf("CLIENT ID = %q, %v", id, err)
+		}
+		var out []string
+		for _, step := range []struct {
+			c    *respConn
+			args []string
+		}{
+			{r, []string{"SUBSCRIBE", "__redis__:invalidate"}},
+			{c, []string{"CLIENT", "TRACKING", "ON", "REDIRECT", strings.TrimSpace(id[1:])}},
+			{c, []string{"CLIENT", "GETREDIR"}},
+			{c, []string{"GET", "trk:r"}},
+			{w, []string{"SET", "trk:r", "v"}},
+		} {
+			got, err := step.c.do(step.args...)
+			if err != nil {
+				t.Fatalf("%v: %v", step.args, err)
+			}
+			if step.args[0] == "CLIENT" && step.args[1] == "GETREDIR" {
+				got = ":<id>" // differs between servers; checked below
+				if g, _ := c.do("CLIENT", "GETREDIR"); g != id {
+					t.Fatalf("CLIENT GETREDIR = %q; want %q", g, id)
+				}
+			}
+			out = append(out, got)
+		}
+		r.c.SetDeadline(time.Now().Add(psWait))
+		msg, err := r.reply()
+		if err != nil {
+			t.Fatalf("no invalidation on __redis__:invalidate: %v", err)
+		}
+		return append(out, msg)
+	}
+	want := frames(testsrv.StartRedis(t).Addr)
+	got := frames(testsrv.StartMemoryProxy(t))
+	if !slices.Equal(got, want) {
+		t.Fatalf("frames\n lockproxy: %q\n     redis: %q", got, want)
 	}
 }
