@@ -4,11 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockproxy/lockproxy/backend"
 )
@@ -48,7 +44,7 @@ func (b *Backend) SetHub(h backend.Hub) {
 		b.hub = h
 		ready := make(chan struct{})
 		b.wg.Add(1)
-		go b.listenPubsub(ready)
+		go b.listen(pubsubChannel, "pub/sub listener", ready, b.deliverOthers)
 		select { // the first LISTEN, so that a message sent right after start is heard
 		case <-ready:
 		case <-time.After(b.cfg.OpTimeout):
@@ -84,36 +80,11 @@ func (b *Backend) published(ctx context.Context, msgs [][2][]byte) error {
 	return nil
 }
 
-// listenPubsub keeps a session LISTENing on pubsubChannel until Close,
-// delivering the other instances' messages to the Hub.
-func (b *Backend) listenPubsub(ready chan struct{}) {
-	defer b.wg.Done()
-	var once sync.Once
-	for b.ctx.Err() == nil {
-		conn, err := pgx.Connect(b.ctx, b.cfg.DSN)
-		if err == nil {
-			_, err = conn.Exec(b.ctx, `LISTEN `+pubsubChannel)
-		}
-		if err == nil {
-			once.Do(func() { close(ready) })
-			for {
-				var n *pgconn.Notification
-				if n, err = conn.WaitForNotification(b.ctx); err != nil {
-					break
-				}
-				var m pubMessage
-				if json.Unmarshal([]byte(n.Payload), &m) != nil || m.From == b.instance {
-					continue // its own messages went to its subscribers already
-				}
-				b.hub.Deliver(m.Channel, m.Msg)
-			}
-		}
-		if conn != nil {
-			conn.Close(context.Background())
-		}
-		if b.ctx.Err() == nil {
-			b.outage.fail("pub/sub listener", err)
-			time.Sleep(200 * time.Millisecond) // before reconnecting
-		}
+// deliverOthers hands another instance's message to the Hub.
+func (b *Backend) deliverOthers(payload string) {
+	var m pubMessage
+	if json.Unmarshal([]byte(payload), &m) != nil || m.From == b.instance {
+		return // its own messages went to its subscribers already
 	}
+	b.hub.Deliver(m.Channel, m.Msg)
 }

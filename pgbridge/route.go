@@ -91,7 +91,7 @@ func channelOf(instance string) string { return "lockproxy_" + instance }
 func newRouter(ctx context.Context, a *advisory) (*router, error) {
 	r := &router{a: a, channel: channelOf(a.b.instance), pending: make(map[uint64]chan *routeReply), ready: make(chan struct{})}
 	a.b.wg.Add(1)
-	go r.listen()
+	go a.b.listen(r.channel, "routing listener", r.ready, func(payload string) { r.dispatch([]byte(payload)) })
 	select {
 	case <-r.ready:
 		return r, nil
@@ -102,33 +102,33 @@ func newRouter(ctx context.Context, a *advisory) (*router, error) {
 	}
 }
 
-// listen keeps a session LISTENing on this instance's channel.
-func (r *router) listen() {
-	defer r.a.b.wg.Done()
-	b := r.a.b
+// listen keeps a session LISTENing on channel until Close (b.wg counts
+// it), handing each payload to handle; ready is closed once the first
+// LISTEN is in place. what names it in the outage log.
+func (b *Backend) listen(channel, what string, ready chan struct{}, handle func(payload string)) {
+	defer b.wg.Done()
 	once := sync.Once{}
 	for b.ctx.Err() == nil {
 		conn, err := pgx.Connect(b.ctx, b.cfg.DSN)
 		if err == nil {
-			_, err = conn.Exec(b.ctx, `LISTEN "`+r.channel+`"`)
+			_, err = conn.Exec(b.ctx, `LISTEN "`+channel+`"`)
 		}
 		if err == nil {
 			b.outage.ok()
-			once.Do(func() { close(r.ready) })
+			once.Do(func() { close(ready) })
 			for {
 				var n *pgconn.Notification
-				n, err = conn.WaitForNotification(b.ctx)
-				if err != nil {
+				if n, err = conn.WaitForNotification(b.ctx); err != nil {
 					break
 				}
-				r.dispatch([]byte(n.Payload))
+				handle(n.Payload)
 			}
 		}
 		if conn != nil {
 			conn.Close(context.Background())
 		}
 		if b.ctx.Err() == nil {
-			b.outage.fail("routing listener", err)
+			b.outage.fail(what, err)
 			time.Sleep(200 * time.Millisecond) // before reconnecting
 		}
 	}
