@@ -178,6 +178,11 @@ func cmdClient(cl *client, args [][]byte) backend.Value {
 			return wrong()
 		}
 		return cmdClientCaching(cl, args)
+	case "unblock":
+		if len(args) != 3 && len(args) != 4 {
+			return wrong()
+		}
+		return cmdClientUnblock(cl, args)
 	case "getredir":
 		if len(args) != 2 {
 			return wrong()
@@ -233,7 +238,8 @@ func (cl *client) infoLine() string {
 // their own goroutines.
 func (cl *client) clientList(opts [][]byte) backend.Value {
 	var ids map[int64]bool
-	none := false // TYPE master, replica or pubsub: lockproxy has none
+	none := false // TYPE master or replica: lockproxy has none
+	typ := ""     // normal or pubsub: clients with subscriptions are pubsub ones
 	for i := 0; i < len(opts); i++ {
 		switch lower(opts[i]) {
 		case "type":
@@ -242,8 +248,9 @@ func (cl *client) clientList(opts [][]byte) backend.Value {
 			}
 			i++
 			switch t := lower(opts[i]); t {
-			case "normal":
-			case "master", "replica", "slave", "pubsub":
+			case "normal", "pubsub":
+				typ = t
+			case "master", "replica", "slave":
 				none = true
 			default:
 				return backend.ErrorValue(backend.ErrUnknownClientType(string(opts[i])))
@@ -268,10 +275,15 @@ func (cl *client) clientList(opts [][]byte) backend.Value {
 	}
 	var b strings.Builder
 	if !none {
+		var subscribed map[*client]bool
+		if typ != "" {
+			subscribed = cl.s.broker.subscribers()
+		}
 		cl.s.mu.Lock()
 		for c := range cl.s.clients {
 			switch {
 			case ids != nil && !ids[c.id]:
+			case typ != "" && subscribed[c] != (typ == "pubsub"):
 			case c == cl:
 				b.WriteString(cl.infoLine() + "\n")
 			default:

@@ -60,6 +60,7 @@ func cmdInfo(cl *client, args [][]byte) backend.Value {
 	section("Clients",
 		"connected_clients:"+strconv.Itoa(s.clientCount()),
 		"maxclients:"+strconv.Itoa(s.cfg.MaxClients),
+		"blocked_clients:"+strconv.Itoa(s.blockers.count()),
 	)
 	section("Persistence", "loading:0", "async_loading:0", "rdb_bgsave_in_progress:0", "aof_enabled:0")
 	section("Stats",

@@ -56,9 +56,11 @@ func cmdExec(cl *client, args [][]byte) backend.Value {
 	keys, argv, db, ok := execPlan(queue, cl.db)
 	if !ok {
 		out := make([]backend.Value, 0, len(queue))
+		cl.inExec = true
 		for _, c := range queue {
 			out = append(out, cl.command(c))
 		}
+		cl.inExec = false
 		return backend.Array(out...)
 	}
 	v := cl.eval("exec", execScript, keys, argv, false)

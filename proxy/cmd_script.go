@@ -173,6 +173,13 @@ func (cl *client) eval(name string, sc backend.Script, keys []string, argv [][]b
 		return cl.errorValue(name, err)
 	}
 	cl.trackedScript(keys, ro)
+	if !ro && cl.s.blockers.n.Load() > 0 {
+		bk := make([][]byte, len(keys))
+		for i, k := range keys {
+			bk[i] = []byte(k)
+		}
+		cl.s.blockers.woken(cl.db, bk)
+	}
 	return v
 }
 

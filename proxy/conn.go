@@ -39,6 +39,7 @@ type client struct {
 	libVer   string
 	lastCmd  string
 	inMulti  bool
+	inExec   bool // EXEC runs its queue command by command: nothing blocks
 	dirty    bool // a command failed to queue: EXEC aborts
 	queue    [][][]byte
 	closeNow bool // QUIT: close after the reply
@@ -228,6 +229,7 @@ func init() {
 		{"script", -2, cmdScript}, {"multi", 1, cmdMulti}, {"exec", 1, cmdExec}, {"discard", 1, cmdDiscard},
 		{"subscribe", -2, cmdSubscribe}, {"psubscribe", -2, cmdPSubscribe}, {"unsubscribe", -1, cmdUnsubscribe},
 		{"punsubscribe", -1, cmdPUnsubscribe}, {"publish", 3, cmdPublish}, {"pubsub", -2, cmdPubsub},
+		{"blpop", -3, cmdBLPop}, {"brpop", -3, cmdBRPop},
 	} {
 		commands[c.name] = &c
 	}
@@ -264,6 +266,9 @@ func lower(b []byte) string { return strings.ToLower(string(b)) }
 // command runs one command from the client, inside or outside MULTI.
 func (cl *client) command(args [][]byte) backend.Value {
 	cc := lookupConn(args[0])
+	if cc != nil && cl.s.cfg.Passthrough != nil && (cc.name == "blpop" || cc.name == "brpop") {
+		cc = nil // the lists are the upstream's: refused there, as before (passthrough.go)
+	}
 	var kc *keycmd.Command
 	if cc == nil {
 		kc = keycmd.Lookup(args[0])
@@ -321,6 +326,9 @@ func (cl *client) command(args [][]byte) backend.Value {
 // anyway, as Redis does, and luascripts bounds its time.
 func (cl *client) blocking(args [][]byte) bool {
 	s := cl.s
+	if cc := lookupConn(args[0]); cc != nil && (cc.name == "blpop" || cc.name == "brpop") && s.cfg.Passthrough == nil {
+		return !cl.inMulti // it may wait for a push (blocking.go)
+	}
 	if s.immediate && s.cfg.Passthrough == nil {
 		return false
 	}
@@ -389,6 +397,9 @@ func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
 		v = cl.errorValue(kc.Name, err)
 	} else {
 		cl.tracked(kc, args)
+		if kc.Write && cl.s.blockers.n.Load() > 0 {
+			cl.s.blockers.woken(cl.db, kc.Keys(args)) // a push may end a BLPOP
+		}
 	}
 	if cl.s.metrics != nil {
 		cl.s.metrics.locks.observe(kc.Name, args, v)

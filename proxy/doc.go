@@ -36,6 +36,9 @@
 //     of a key a client tracks sends it an invalidation; a spurious one is
 //     possible, a missed one is not (expiry and other instances' writes
 //     aside: docs/pubsub.md).
+//   - BLPOP/BRPOP (blocking.go) block their connection, never a loop, until
+//     a write of their keys here wakes them, CLIENT UNBLOCK, the timeout,
+//     or (for other instances' pushes) their own look every 250 ms.
 //   - A panic while serving a command answers "-ERR internal error", is
 //     logged with its stack, and closes that connection only.
 //   - Shutdown stops accepting, lets every command already received finish

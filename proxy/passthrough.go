@@ -39,7 +39,9 @@ type Upstream struct {
 // Not forwarded, with errPassthroughRefused: commands that block or turn
 // the connection into a stream (blocking list, zset and stream reads,
 // WAIT, sharded pub/sub, MONITOR, replication) and WATCH/UNWATCH, whose
-// transactions would be lockproxy's MULTI. Pub/sub is lockproxy's own
+// transactions would be lockproxy's MULTI (BLPOP and BRPOP, which lockproxy
+// serves without passthrough, are refused too: the lists are the
+// upstream's). Pub/sub is lockproxy's own
 // (pubsub.go), never the upstream's: the lock libraries' wake-ups must
 // follow the locks, which live in lockproxy. A forwarded command inside
 // MULTI is refused too: lockproxy runs the transaction, the upstream

@@ -236,6 +236,21 @@ func (br *broker) Receivers(channel []byte) int64 {
 	return n
 }
 
+// subscribers returns the clients with a subscription (CLIENT LIST TYPE).
+func (br *broker) subscribers() map[*client]bool {
+	br.mu.RLock()
+	defer br.mu.RUnlock()
+	out := map[*client]bool{}
+	for _, m := range []map[string]map[*client]struct{}{br.channels, br.patterns} {
+		for _, set := range m {
+			for c := range set {
+				out[c] = true
+			}
+		}
+	}
+	return out
+}
+
 // add and remove keep the broker's index of one client's subscription.
 func (br *broker) add(m map[string]map[*client]struct{}, name string, cl *client) {
 	br.mu.Lock()

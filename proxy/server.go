@@ -111,14 +111,15 @@ func (c Config) withDefaults() Config {
 // Server serves RESP clients from a Backend. It is safe for concurrent use.
 // Serve runs until Shutdown; the Server never closes the Backend.
 type Server struct {
-	cfg     Config
-	b       backend.Backend
-	log     *slog.Logger
-	scripts *scriptCache
-	broker  *broker  // this instance's pub/sub subscribers (pubsub.go)
-	tracker *tracker // CLIENT TRACKING's table (tracking.go)
-	started time.Time
-	metrics *metrics // nil without a Registerer
+	cfg      Config
+	b        backend.Backend
+	log      *slog.Logger
+	scripts  *scriptCache
+	broker   *broker  // this instance's pub/sub subscribers (pubsub.go)
+	tracker  *tracker // CLIENT TRACKING's table (tracking.go)
+	blockers blockers // clients blocked in BLPOP/BRPOP (blocking.go)
+	started  time.Time
+	metrics  *metrics // nil without a Registerer
 	// immediate: the backend never blocks (backend.Immediate), so key
 	// commands need no deadline of their own.
 	immediate bool

@@ -304,6 +304,31 @@ var psScenarios = []psScenario{
 			psSend("c", 1, "CLIENT", "TRACKING", "OFF"),
 			psSend("c", 1, "CLIENT", "TRACKING"),
 		}},
+	// Blocking pops: BLPOP and BRPOP woken by a push from another connection.
+	{name: "blocking-pops", conns: []psConn{{"c", instA}, {"w", instA}},
+		steps: []psStep{
+			psSend("w", 1, "EVAL", "redis.call('del', unpack(KEYS))", "7", "bl:a", "bl:b", "bl:c", "bl:d", "bl:e", "bl:s", "bl:none"),
+			psSend("w", 1, "RPUSH", "bl:a", "x", "y"),
+			psSend("c", 1, "BLPOP", "bl:none", "bl:a", "1"),
+			psSend("c", 1, "BRPOP", "bl:a", "1"),
+			psSend("c", 1, "BLPOP", "bl:a", "0.1"), // empty: a null array after the timeout
+			psSend("c", 0, "BLPOP", "bl:b", "5"),
+			psNone("c"),
+			psSend("w", 1, "LPUSH", "bl:b", "v"),
+			psRecv("c", 1),
+			psSend("c", 0, "BRPOP", "bl:c", "bl:d", "0"),
+			psSend("w", 1, "RPUSH", "bl:d", "v1", "v2"),
+			psRecv("c", 1),
+			psSend("c", 1, "LRANGE", "bl:d", "0", "-1"),
+			psSend("c", 1, "BLPOP", "bl:a", "-1"),
+			psSend("c", 1, "BLPOP", "bl:a", "x"),
+			psSend("c", 1, "BLPOP", "bl:a"),
+			psSend("w", 1, "SET", "bl:s", "v"),
+			psSend("c", 1, "BLPOP", "bl:s", "1"),
+			psSend("c", 1, "MULTI"),
+			psSend("c", 1, "BLPOP", "bl:e", "0"),
+			psSend("c", 1, "EXEC"), // inside MULTI nothing blocks
+		}},
 	{name: "pubsub-introspection", conns: []psConn{{"s1", instA}, {"s2", instA}, {"q", instB}},
 		steps: []psStep{
 			psSend("q", 1, "PUBSUB", "CHANNELS"),
@@ -847,6 +872,77 @@ func TestTrackingRedirect(t *testing.T) {
 			t.Fatalf("no invalidation on __redis__:invalidate: %v", err)
 		}
 		return append(out, msg)
+	}
+	want := frames(testsrv.StartRedis(t).Addr)
+	got := frames(testsrv.StartMemoryProxy(t))
+	if !slices.Equal(got, want) {
+		t.Fatalf("frames\n lockproxy: %q\n     redis: %q", got, want)
+	}
+}
+
+// TestClientListPubsub: CLIENT LIST TYPE pubsub lists the clients with a
+// subscription, TYPE normal the others, as Redis divides them.
+func TestClientListPubsub(t *testing.T) {
+	t.Parallel()
+	addr := testsrv.StartMemoryProxy(t)
+	sub, other := dialRESP(t, addr), dialRESP(t, addr)
+	subID, _ := sub.do("CLIENT", "ID")
+	if r, err := sub.do("PSUBSCRIBE", "x*"); err != nil || !strings.HasPrefix(r, "*3\r\n") {
+		t.Fatalf("PSUBSCRIBE = %q, %v", r, err)
+	}
+	id := "id=" + strings.TrimSpace(subID[1:]) + " "
+	for typ, want := range map[string]bool{"pubsub": true, "normal": false} {
+		r, err := other.do("CLIENT", "LIST", "TYPE", typ)
+		if err != nil || strings.Contains(r, id) != want {
+			t.Errorf("CLIENT LIST TYPE %s = %q, %v; the subscriber (%s) listed: want %v", typ, r, err, id, want)
+		}
+	}
+	if r, _ := other.do("CLIENT", "LIST", "TYPE", "pubsub"); strings.Count(r, "id=") != 1 {
+		t.Errorf("CLIENT LIST TYPE pubsub = %q; want the subscriber alone", r)
+	}
+}
+
+// TestClientUnblock: CLIENT UNBLOCK ends a BLPOP as a timeout or with
+// Redis's UNBLOCKED error, and INFO counts the blocked client; the frames
+// are Redis's (the IDs differ, so this is not a psScenarios case).
+func TestClientUnblock(t *testing.T) {
+	t.Parallel()
+	frames := func(addr string) []string {
+		b, c := dialRESP(t, addr), dialRESP(t, addr)
+		id, err := b.do("CLIENT", "ID")
+		if err != nil || !strings.HasPrefix(id, ":") {
+			t.Fatalf("CLIENT ID = %q, %v", id, err)
+		}
+		id = strings.TrimSpace(id[1:])
+		var out []string
+		for _, reason := range []string{"TIMEOUT", "ERROR"} {
+			b.c.SetDeadline(time.Now().Add(psWait))
+			if _, err := b.c.Write(encodeCommand([]string{"BLPOP", "unblock:empty", "0"})); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(psWait)
+			for { // until the server counts it blocked
+				info, _ := c.do("INFO", "clients")
+				if strings.Contains(info, "blocked_clients:1\r\n") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("INFO never counted the blocked client: %q", info)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			r, _ := c.do("CLIENT", "UNBLOCK", id, reason)
+			got, err := b.reply()
+			if err != nil {
+				t.Fatalf("the blocked BLPOP after CLIENT UNBLOCK %s: %v", reason, err)
+			}
+			out = append(out, r, got)
+		}
+		for _, args := range [][]string{{"CLIENT", "UNBLOCK", id}, {"CLIENT", "UNBLOCK", id, "MAYBE"}, {"CLIENT", "UNBLOCK", "x"}} {
+			r, _ := c.do(args...)
+			out = append(out, r)
+		}
+		return out
 	}
 	want := frames(testsrv.StartRedis(t).Addr)
 	got := frames(testsrv.StartMemoryProxy(t))
