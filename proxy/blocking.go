@@ -132,6 +132,12 @@ func parseBlockTimeout(arg []byte) (time.Duration, string) {
 	return time.Duration(f * float64(time.Second)), ""
 }
 
+// blockingPop reports whether name is BLPOP or BRPOP, cheaply: the event
+// loop asks it of every command.
+func blockingPop(name []byte) bool {
+	return len(name) == 5 && name[0]|0x20 == 'b' && (lower(name) == "blpop" || lower(name) == "brpop")
+}
+
 func cmdBLPop(cl *client, args [][]byte) backend.Value { return cl.blockingPop(args, "lpop") }
 func cmdBRPop(cl *client, args [][]byte) backend.Value { return cl.blockingPop(args, "rpop") }
 

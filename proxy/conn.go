@@ -266,7 +266,7 @@ func lower(b []byte) string { return strings.ToLower(string(b)) }
 // command runs one command from the client, inside or outside MULTI.
 func (cl *client) command(args [][]byte) backend.Value {
 	cc := lookupConn(args[0])
-	if cc != nil && cl.s.cfg.Passthrough != nil && (cc.name == "blpop" || cc.name == "brpop") {
+	if cc != nil && cl.s.cfg.Passthrough != nil && blockingPop(args[0]) {
 		cc = nil // the lists are the upstream's: refused there, as before (passthrough.go)
 	}
 	var kc *keycmd.Command
@@ -326,7 +326,7 @@ func (cl *client) command(args [][]byte) backend.Value {
 // anyway, as Redis does, and luascripts bounds its time.
 func (cl *client) blocking(args [][]byte) bool {
 	s := cl.s
-	if cc := lookupConn(args[0]); cc != nil && (cc.name == "blpop" || cc.name == "brpop") && s.cfg.Passthrough == nil {
+	if blockingPop(args[0]) && s.cfg.Passthrough == nil {
 		return !cl.inMulti // it may wait for a push (blocking.go)
 	}
 	if s.immediate && s.cfg.Passthrough == nil {
