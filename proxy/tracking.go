@@ -239,7 +239,9 @@ func (tr *tracker) invalidate(keys [][]byte, writer *client) {
 		}
 		clear(tr.keys)
 		for c := range seen {
-			c.sendInvalidation(nil, writer)
+			if c.trackShared.on { // not one that turned tracking off since it read
+				c.sendInvalidation(nil, writer)
+			}
 		}
 		return
 	}

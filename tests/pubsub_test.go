@@ -278,13 +278,19 @@ var psScenarios = []psScenario{
 			psSend("c", 1, "CLIENT", "TRACKING", "OFF"),
 		}},
 	{name: "tracking-flush", protos: []int{3}, only: []string{"memory"}, // postgres serves no FLUSHDB
-		conns: []psConn{{"c", instA}, {"w", instA}},
+		conns: []psConn{{"c", instA}, {"d", instA}, {"w", instA}},
 		steps: []psStep{
 			psSend("c", 1, "CLIENT", "TRACKING", "ON"),
 			psSend("c", 1, "GET", "trk:f"),
 			psSend("w", 1, "FLUSHDB"),
 			psRecv("c", 1), // invalidate with a null: everything
+			psSend("c", 1, "GET", "trk:f"),
 			psSend("c", 1, "CLIENT", "TRACKING", "OFF"),
+			psSend("d", 1, "CLIENT", "TRACKING", "ON"),
+			psSend("d", 1, "GET", "trk:g"),
+			psSend("w", 1, "FLUSHDB"),
+			psRecv("d", 1),
+			psNone("c"), // its tracking is off: nothing
 		}},
 	{name: "tracking-errors", conns: []psConn{{"c", instA}},
 		steps: []psStep{
