@@ -154,13 +154,14 @@ func (cl *client) blockingPop(args [][]byte, pop string) backend.Value {
 	try := func() (backend.Value, bool) {
 		for _, k := range keys {
 			ctx, cancel := cl.commandCtx()
-			v, err := kc.Exec(ctx, cl.store(), cl.db, [][]byte{[]byte(pop), k})
+			popArgs := [][]byte{[]byte(pop), k}
+			v, err := kc.Exec(ctx, cl.store(), cl.db, popArgs)
 			cancel()
 			switch {
 			case err != nil:
 				return cl.errorValue(pop, err), true
 			case v.Kind == backend.KindBulk:
-				cl.s.tracker.invalidate([][]byte{k}, cl) // the pop wrote the list
+				cl.touched(kc, popArgs) // the pop wrote the list
 				return backend.Array(backend.Bulk(k), v), true
 			case v.Kind == backend.KindError:
 				return v, true

@@ -172,14 +172,7 @@ func (cl *client) eval(name string, sc backend.Script, keys []string, argv [][]b
 	if err != nil {
 		return cl.errorValue(name, err)
 	}
-	cl.trackedScript(keys, ro)
-	if !ro && cl.s.blockers.n.Load() > 0 {
-		bk := make([][]byte, len(keys))
-		for i, k := range keys {
-			bk[i] = []byte(k)
-		}
-		cl.s.blockers.woken(cl.db, bk)
-	}
+	cl.touchedScript(keys, ro)
 	return v
 }
 

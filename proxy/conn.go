@@ -396,10 +396,7 @@ func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
 	if err != nil {
 		v = cl.errorValue(kc.Name, err)
 	} else {
-		cl.tracked(kc, args)
-		if kc.Write && cl.s.blockers.n.Load() > 0 {
-			cl.s.blockers.woken(cl.db, kc.Keys(args)) // a push may end a BLPOP
-		}
+		cl.touched(kc, args) // tracking and blocked clients (tracking.go)
 	}
 	if cl.s.metrics != nil {
 		cl.s.metrics.locks.observe(kc.Name, args, v)

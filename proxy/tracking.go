@@ -342,31 +342,41 @@ func (cl *client) getRedir() backend.Value {
 	return backend.Int(cl.track.redirect)
 }
 
-// tracked runs the tracking side of a key command that succeeded: a read
-// remembers its keys, a write invalidates them (a flush, every key).
-func (cl *client) tracked(kc *keycmd.Command, args [][]byte) {
-	tr := cl.s.tracker
-	if tr.active.Load() == 0 {
-		return // nobody tracks: the lock path pays one atomic load
+// touched runs what a key command that succeeded sets off: a read
+// remembers its keys for the clients tracking them; a write invalidates
+// them (a flush, every key) and wakes the clients blocked on them
+// (blocking.go). With nobody tracking or blocked, a command pays two
+// atomic loads.
+func (cl *client) touched(kc *keycmd.Command, args [][]byte) {
+	tr, bs := cl.s.tracker, &cl.s.blockers
+	tracking := tr.active.Load() > 0
+	if !tracking && (!kc.Write || bs.n.Load() == 0) {
+		return
 	}
 	switch {
 	case kc.Name == "flushdb" || kc.Name == "flushall":
 		tr.invalidate(nil, cl)
 	case kc.Write:
-		tr.invalidate(kc.Keys(args), cl)
+		keys := kc.Keys(args)
+		if tracking {
+			tr.invalidate(keys, cl)
+		}
+		bs.woken(cl.db, keys)
 	default:
 		cl.trackRead(kc.Keys(args))
 	}
 }
 
-// trackedScript is tracked for a script: its declared keys are what it
+// touchedScript is touched for a script: its declared keys are what it
 // reads (EVAL_RO) or may write, and then read: a write script's keys are
-// invalidated for the others and tracked for the caller (rueidislock's
-// acquire script reads back the key it set, for exactly that), which may
-// track a key it did not read — a spurious invalidation later, never a
-// missed one.
-func (cl *client) trackedScript(keys []string, ro bool) {
-	if len(keys) == 0 || cl.s.tracker.active.Load() == 0 {
+// invalidated for the others, wake the clients blocked on them, and are
+// tracked for the caller (rueidislock's acquire script reads back the key
+// it set, for exactly that), which may track a key it did not read — a
+// spurious invalidation later, never a missed one.
+func (cl *client) touchedScript(keys []string, ro bool) {
+	tr, bs := cl.s.tracker, &cl.s.blockers
+	tracking := tr.active.Load() > 0
+	if len(keys) == 0 || !tracking && (ro || bs.n.Load() == 0) {
 		return
 	}
 	bk := make([][]byte, len(keys))
@@ -374,7 +384,10 @@ func (cl *client) trackedScript(keys []string, ro bool) {
 		bk[i] = []byte(k)
 	}
 	if !ro {
-		cl.s.tracker.invalidate(bk, cl)
+		if tracking {
+			tr.invalidate(bk, cl)
+		}
+		bs.woken(cl.db, bk)
 	}
 	cl.trackRead(bk)
 }

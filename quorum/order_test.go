@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/lockproxy/lockproxy/internal/testsrv"
-	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -114,18 +110,8 @@ func TestLateWritesAreNotVotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := g2.count() // the Backend's own loops' connections: the blocking path's
-	addr := testsrv.StartLockproxy(t, proxy.Config{DataPath: proxy.DataPathLoops, Loops: 2, BackendName: "quorum"}, b)
 	ctx := t.Context()
-	client := func() *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2, PoolSize: 1})
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	cA := client()
-	waitLoopReady(t, cA, b)
-	onA := g2.count()
-	cB := client()
-	waitLoopReady(t, cB, b)
+	_, cA, cB, onA := twoLoops(t, b, g2.count)
 	if g0.count() <= onA || onA <= own {
 		t.Fatalf("connections to a node: %d own, then %d with loop A, %d with loop B: want more each time", own, onA, g0.count())
 	}

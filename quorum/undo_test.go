@@ -50,6 +50,27 @@ func forward(t *testing.T, target string, handle func(c, u net.Conn)) string {
 	return ln.Addr().String()
 }
 
+// twoLoops serves b on two event loops of the front end and returns a
+// maker of clients (one connection each) and clients A and B on different
+// loops — gnet hands connections to its loops in turn, and each loop has
+// its own connection to every node — with what count (connections made to
+// a watched node) said once A was ready.
+func twoLoops(t *testing.T, b *quorum.Backend, count func() int) (client func() *redis.Client, cA, cB *redis.Client, onA int) {
+	t.Helper()
+	addr := testsrv.StartLockproxy(t, proxy.Config{DataPath: proxy.DataPathLoops, Loops: 2, BackendName: "quorum"}, b)
+	client = func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2, PoolSize: 1})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	cA = client()
+	waitLoopReady(t, cA, b)
+	onA = count()
+	cB = client()
+	waitLoopReady(t, cB, b)
+	return client, cA, cB, onA
+}
+
 func startFreezer(t *testing.T, target string) *freezer {
 	f := &freezer{}
 	f.addr = forward(t, target, func(c, u net.Conn) {
@@ -105,21 +126,9 @@ func TestStaleUndoAcrossLoops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := testsrv.StartLockproxy(t, proxy.Config{DataPath: proxy.DataPathLoops, Loops: 2, BackendName: "quorum"}, b)
 	ctx := t.Context()
 	direct := directClients(t, nodes)
-	client := func() *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2, PoolSize: 1})
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	// gnet hands connections to its loops in turn: A and B land on
-	// different loops, each with its own connection to every node.
-	cA := client()
-	waitLoopReady(t, cA, b)
-	onA := fz.count()
-	cB := client()
-	waitLoopReady(t, cB, b)
+	client, cA, cB, onA := twoLoops(t, b, fz.count)
 	if fz.count() <= onA {
 		t.Fatalf("client B's loop made no connection of its own to node 1 (%d, then %d)", onA, fz.count())
 	}
