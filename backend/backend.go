@@ -89,6 +89,12 @@ type Hub interface {
 	Receivers(channel []byte) int64
 	// Deliver hands a message to them and returns how many received it.
 	Deliver(channel, msg []byte) int64
+	// Rewake hands the subscribers of each channel the last messages
+	// delivered on it again: a backend calls it when a link over which
+	// messages may have been lost (a LISTEN session, a node's
+	// subscription) is back, so that a waiter whose wake-up was lost
+	// looks again (docs/pubsub.md).
+	Rewake()
 }
 
 // Publisher is implemented by a Backend that delivers messages into the

@@ -20,13 +20,6 @@ type typedCommand struct {
 	keys  keySpec
 }
 
-// stringCommands are the typed commands a backend serving string values
-// only serves too: they make and read strings, or move keys whole.
-var stringCommands = map[string]bool{
-	"type": true, "expiretime": true, "pexpiretime": true, "incr": true, "decr": true,
-	"incrby": true, "decrby": true, "rename": true, "renamenx": true, "copy": true,
-}
-
 var (
 	noKeys  = keySpec{}
 	twoKeys = keySpec{1, 2, 1} // RENAME src dst, COPY src dst …
@@ -54,6 +47,7 @@ var typedCommands = []typedCommand{
 	{"rpushx", -3, true, oneKey}, {"lpop", -2, true, oneKey}, {"rpop", -2, true, oneKey},
 	{"lindex", 3, false, oneKey}, {"lrange", 4, false, oneKey}, {"lrem", 4, true, oneKey},
 	{"llen", 2, false, oneKey}, {"lset", 4, true, oneKey}, {"ltrim", 4, true, oneKey},
+	{"lmove", 5, true, twoKeys}, {"rpoplpush", 3, true, twoKeys},
 
 	{"zadd", -4, true, oneKey}, {"zincrby", 4, true, oneKey}, {"zrem", -3, true, oneKey},
 	{"zscore", 3, false, oneKey}, {"zmscore", -3, false, oneKey}, {"zcard", 2, false, oneKey},
@@ -77,14 +71,6 @@ func init() {
 // Typed reports whether the backend runs c whole (backend.KeySpace.Do).
 func (c *Command) Typed() bool { return c.typed }
 
-// BeyondStrings reports whether name (lower case) is a command that a
-// backend serving string values only does not serve: the hash, set, list
-// and sorted-set commands, and those on the key space as a whole.
-func BeyondStrings(name string) bool {
-	c := Lookup([]byte(name))
-	return c != nil && c.typed && !stringCommands[name]
-}
-
 // WholeKeySpace reports whether name (lower case) reads or changes the
 // key space as a whole: KEYS, SCAN, RANDOMKEY, FLUSHDB, FLUSHALL.
 func WholeKeySpace(name string) bool {
@@ -92,10 +78,11 @@ func WholeKeySpace(name string) bool {
 	return c != nil && c.typed && c.keys == noKeys
 }
 
-// NotWholeMsg is the refusal of a backend that serves commands key by key
-// only (where: "postgres backend") to a command on the whole key space.
+// NotWholeMsg is the refusal of a backend whose scripts see their own
+// keys only (where: "postgres backend") to a command on the whole key
+// space called from a script.
 func NotWholeMsg(name, where string) string {
-	return "ERR lockproxy's " + where + " serves commands on named keys only: '" + name + "' is not supported yet"
+	return "ERR lockproxy's " + where + " does not run '" + name + "' from scripts: a script sees its own keys only"
 }
 
 // NotInScripts reports whether name (lower case) is a command lockproxy
@@ -107,10 +94,4 @@ func NotInScripts(name string) bool { return name == "flushdb" || name == "flush
 // NotInScriptsMsg is the error a script gets for calling such a command.
 func NotInScriptsMsg(name string) string {
 	return "ERR lockproxy does not run '" + name + "' from scripts"
-}
-
-// NotServedHereMsg is the refusal of a backend that serves string values
-// only (where: "postgres backend", "migrating proxy") to the command name.
-func NotServedHereMsg(name, where string) string {
-	return "ERR lockproxy's " + where + " serves string values only: '" + name + "' is not supported yet"
 }

@@ -103,6 +103,8 @@ var keysCases = []struct {
 	{args: []string{"lrange", "l", "0", "-1"}},
 	{args: []string{"lrem", "l", "0", "a"}},
 	{args: []string{"llen", "l"}},
+	{args: []string{"lmove", "l", "m", "LEFT", "RIGHT"}},
+	{args: []string{"rpoplpush", "l", "m"}},
 	{args: []string{"lset", "l", "0", "a"}},
 	{args: []string{"ltrim", "l", "0", "1"}},
 	{args: []string{"zadd", "z", "NX", "1", "a"}},

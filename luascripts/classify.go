@@ -391,6 +391,12 @@ func (c *probeCaller) ok() bool { return !c.bad }
 func (c *probeCaller) Call(ctx context.Context, args [][]byte) (backend.Value, error) {
 	if len(args) > 0 {
 		n := string(bytes.ToLower(args[0]))
+		if n == "publish" && len(args) == 3 {
+			// What a node answers a script the quorum backend sends
+			// (quorum/scriptpub.go): the message is held back until the
+			// vote, and touches no key.
+			return backend.Int(0), nil
+		}
 		if cmd := keycmd.Lookup(args[0]); cmd != nil {
 			keys := cmd.Keys(args)
 			if len(keys) == 0 && n != "ping" && n != "echo" {

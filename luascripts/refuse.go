@@ -42,9 +42,8 @@ type lockModel interface{ LockModelOnly() bool }
 type publishing interface{ Publishes() bool }
 
 // refusal returns the error for a script that can send a command
-// lockproxy does not serve (with strings, a command of the value types
-// beyond strings too), or nil.
-func refusal(s backend.Script, strings, publish bool) error {
+// lockproxy does not serve (with publish, PUBLISH aside), or nil.
+func refusal(s backend.Script, publish bool) error {
 	cmds, ok, _ := analyse(s.Src)
 	if !ok {
 		return nil
@@ -58,7 +57,7 @@ func refusal(s backend.Script, strings, publish bool) error {
 		if publish && name == "publish" {
 			continue
 		}
-		if keycmd.NotServed(name) || keycmd.NotInScripts(name) || (strings && keycmd.BeyondStrings(name)) {
+		if keycmd.NotServed(name) || keycmd.NotInScripts(name) {
 			out = append(out, call{name, line})
 		}
 	}
@@ -71,70 +70,65 @@ func refusal(s backend.Script, strings, publish bool) error {
 		sha = SHA1(s.Src)
 	}
 	msg := keycmd.NotServedMsg(first.name)
-	switch {
-	case keycmd.NotInScripts(first.name):
+	if keycmd.NotInScripts(first.name) {
 		msg = keycmd.NotInScriptsMsg(first.name)
-	case !keycmd.NotServed(first.name):
-		msg = keycmd.NotServedHereMsg(first.name, "backend")
 	}
 	return &backend.ReplyError{Reply: msg + " script: " + sha + ", on @user_script:" + strconv.Itoa(first.line) + "."}
 }
 
-// Refusal returns the error every backend gives s when it can send a
-// command lockproxy does not serve (the top of this file), or nil (also
-// when s does not compile: that error is Run's). Cached with the compiled
-// script.
-func (r *Runner) Refusal(s backend.Script) error {
+// Refusal returns the error a backend that serves PUBLISH in scripts
+// gives s when it can send a command lockproxy does not serve (the top of
+// this file), or nil (also when s does not compile: that error is Run's);
+// publishes reports whether s may publish (mayPublish). Cached with the
+// compiled script. For the quorum backend, which runs scripts on its
+// nodes: it holds a script's messages back until the vote.
+func (r *Runner) Refusal(s backend.Script) (err error, publishes bool) {
 	if s.SHA1 == "" {
 		s.SHA1 = SHA1(s.Src)
 	}
 	p, err := r.compiled(s)
 	if err != nil {
-		return nil
+		return nil, false
 	}
-	return p.refused
+	return p.refusedPub, p.publishes
 }
 
-// StringsRefusal is Refusal for a backend that serves string values
-// only (a migrating proxy refuses such scripts before classifying them).
-func (r *Runner) StringsRefusal(s backend.Script) error {
-	if s.SHA1 == "" {
-		s.SHA1 = SHA1(s.Src)
-	}
-	p, err := r.compiled(s)
-	if err != nil {
-		return nil
-	}
-	return p.refusedStrings
+// mayPublish reports whether a script may send PUBLISH: its text calls
+// it, or its commands cannot be read off its text (a command named at
+// run time).
+func mayPublish(src string) bool {
+	cmds, ok, _ := analyse(src)
+	_, pub := cmds["publish"]
+	return !ok || pub
 }
 
 // RefusalCached is Refusal without compiling: ok false when s was not
 // compiled yet (for callers that must not compile in place, such as an
 // event loop).
-func (r *Runner) RefusalCached(s backend.Script) (err error, ok bool) {
+func (r *Runner) RefusalCached(s backend.Script) (err error, publishes, ok bool) {
 	r.mu.RLock()
 	p := r.procs[s.SHA1]
 	r.mu.RUnlock()
 	if p == nil {
-		return nil, false
+		return nil, false, false
 	}
-	return p.refused, true
+	return p.refusedPub, p.publishes, true
 }
 
 // Refusal is the Runner's Refusal, for the quorum backend, which runs
 // scripts on its nodes but classifies them here.
-func (c *Classes) Refusal(s backend.Script) error { return c.runner().Refusal(s) }
+func (c *Classes) Refusal(s backend.Script) (error, bool) { return c.runner().Refusal(s) }
 
 // RefusalCached is the Runner's RefusalCached (ok false too while no
 // script was classified yet). An event loop asks it on every script
 // call: no once.Do, which would allocate.
-func (c *Classes) RefusalCached(s backend.Script) (error, bool) {
+func (c *Classes) RefusalCached(s backend.Script) (err error, publishes, ok bool) {
 	if s.Src == "" || s.SHA1 == "" {
-		return nil, s.Src == ""
+		return nil, false, s.Src == ""
 	}
 	r := c.made.Load()
 	if r == nil {
-		return nil, false
+		return nil, false, false
 	}
 	return r.RefusalCached(s)
 }

@@ -46,11 +46,11 @@ type Runner struct {
 // compiled is a script ready to run: its Lua function and, for a
 // catalogued script, its Go version.
 type compiled struct {
-	proto          *lua.FunctionProto
-	native         native
-	refused        error // the script can send a command lockproxy does not serve (refuse.go)
-	refusedStrings error // … or one of the value types beyond strings
-	refusedPub     error // refused, for a Caller that serves PUBLISH
+	proto      *lua.FunctionProto
+	native     native
+	refused    error // the script can send a command lockproxy does not serve (refuse.go)
+	refusedPub error // refused, for a Caller that serves PUBLISH
+	publishes  bool  // the script may PUBLISH (mayPublish)
 }
 
 // maxCompiled bounds the compiled-script cache; past it the cache starts
@@ -98,6 +98,7 @@ var parseMessages = map[string]string{
 func compile(src string) (*lua.FunctionProto, error) {
 	chunk, err := parse.Parse(strings.NewReader(src), "user_script")
 	if err == nil {
+		fixAssignments(chunk) // assign.go
 		var proto *lua.FunctionProto
 		if proto, err = lua.Compile(chunk, "user_script"); err == nil {
 			// The chunk is vararg, so gopher-lua would build Lua 5.0's
@@ -139,7 +140,7 @@ func (r *Runner) compiled(s backend.Script) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s, false, false), refusedStrings: refusal(s, true, false), refusedPub: refusal(s, false, true)}
+	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s, false), refusedPub: refusal(s, true), publishes: mayPublish(s.Src)}
 	r.mu.Lock()
 	if len(r.procs) >= maxCompiled {
 		clear(r.procs)

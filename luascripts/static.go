@@ -265,11 +265,13 @@ func isIdent(e ast.Expr, name string) bool {
 
 // Commands by what they can do to a key. None of them creates a key that
 // is absent: each reads, or deletes, or changes the expiry of a key that
-// is live (on an absent key EXPIRE and PERSIST do nothing). Every other
+// is live (on an absent key EXPIRE and PERSIST do nothing). PUBLISH counts
+// as a read: it touches no key, and where a script runs on nodes its
+// message is held back and its reply is 0 (quorum/scriptpub.go). Every other
 // command — SET in any form, SETNX, MSET, MSETNX, SELECT, TIME, anything
 // unknown — may create, or makes a run depend on more than its keys.
 var (
-	readCommands   = setOf("get", "mget", "exists", "pttl", "ttl", "getrange", "ping", "echo")
+	readCommands   = setOf("get", "mget", "exists", "pttl", "ttl", "getrange", "ping", "echo", "publish")
 	deleteCommands = setOf("del", "unlink", "delifeq", "delex")
 	expireCommands = setOf("pexpire", "expire", "pexpireat", "expireat", "persist")
 )

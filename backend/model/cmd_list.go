@@ -2,6 +2,7 @@ package model
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/lockproxy/lockproxy/backend"
 )
@@ -10,6 +11,46 @@ var listHandlers = map[string]handler{
 	"lpush": cmdPush, "rpush": cmdPush, "lpushx": cmdPush, "rpushx": cmdPush,
 	"lpop": cmdPop, "rpop": cmdPop, "lindex": cmdLIndex, "lrange": cmdLRange,
 	"lrem": cmdLRem, "llen": cmdLLen, "lset": cmdLSet, "ltrim": cmdLTrim,
+	"lmove": cmdLMove, "rpoplpush": cmdLMove,
+}
+
+// cmdLMove is LMOVE src dst LEFT|RIGHT LEFT|RIGHT and RPOPLPUSH src dst
+// (RIGHT LEFT), as Redis runs them: the sides are read first, then src
+// (nil when absent), then dst's type, before anything moves; src and dst
+// may be one list (a rotation).
+func cmdLMove(c *call) (backend.Value, error) {
+	from, to := "right", "left"
+	if c.name() == "lmove" {
+		from, to = strings.ToLower(string(c.args[3])), strings.ToLower(string(c.args[4]))
+		if (from != "left" && from != "right") || (to != "left" && to != "right") {
+			return backend.Value{}, backend.Reply(backend.MsgSyntax)
+		}
+	}
+	src, dst := c.key(1), c.key(2)
+	l, ok, err := lookup[*List](c, src)
+	if err != nil || !ok {
+		return backend.NilValue, err
+	}
+	if _, _, err := lookup[*List](c, dst); err != nil {
+		return backend.Value{}, err
+	}
+	var v string
+	if from == "left" {
+		v, l.items = l.items[0], l.items[1:]
+	} else {
+		v, l.items = l.items[len(l.items)-1], l.items[:len(l.items)-1]
+	}
+	d, err := create(c, dst, newList)
+	if err != nil {
+		return backend.Value{}, err
+	}
+	if to == "left" {
+		d.items = slices.Insert(d.items, 0, v)
+	} else {
+		d.items = append(d.items, v)
+	}
+	c.settle(src, l)
+	return backend.BulkString(v), nil
 }
 
 func newList() *List { return &List{} }
