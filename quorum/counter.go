@@ -92,6 +92,9 @@ func (b *Backend) counter(ctx context.Context, db int, key, name string, args []
 			}
 			r := &req{}
 			runScript(&r.cmds, casScript, eval, []string{key}, seen[i], next, absent[i])
+			if !eval {
+				r.load = casScript.ref()
+			}
 			return r
 		}
 		replies = b.fanout(ctx, db, key, func(i int) *req { return cas(i, false) }, func(i int, r nodeReply) *req {

@@ -8,6 +8,10 @@
 //     drift allowance (TTL·DriftFactor + DriftConst, Go's monotonic clock)
 //     is below the TTL; nil only when N−Q+1 nodes said the key is held;
 //     otherwise TRYAGAIN. No false OK, no false nil.
+//   - An acquire that would answer nil having written on some nodes (a
+//     split among contenders through several instances) undoes its writes
+//     and is sent again, unless a majority holds one token (ops.go, "Split
+//     votes"): a nil leaves a holder that will release.
 //   - An operation ends as soon as its outcome is certain (a majority
 //     agreed); a reply that comes later is judged against what the client
 //     was told (op.onLate): a write or a created key it was not told of is
@@ -37,8 +41,10 @@
 //     persists every write (marker.go, safety.go); the monitor reports
 //     persistence and eviction settings that can lose locks.
 //   - PUBLISH reaches the other instances through the nodes once Q nodes
-//     took it, each message delivered once per instance (pubsub.go);
-//     scripts that publish are refused.
+//     took it, each message delivered once per instance (pubsub.go). A
+//     script's messages are held back on the nodes and delivered only once
+//     the vote decided it, from a node that gave the decided reply
+//     (scriptpub.go).
 //
 // Not guaranteed: Redlock's safety rests on the nodes' clocks running at
 // about the same rate; a client paused past its TTL can still act on a

@@ -33,10 +33,18 @@ import (
 // a release is one command per node, an extend the script and a PTTL per
 // key (for the restart quarantine).
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
-	if err := b.classes.Refusal(s); err != nil {
-		return backend.Value{}, err // beyond the lock model: refused as on every backend (luascripts/refuse.go)
+	refused, publishes := b.classes.Refusal(s)
+	if refused != nil {
+		return backend.Value{}, refused // beyond the lock model: refused as on every backend (luascripts/refuse.go)
 	}
-	w := b.watchOf(ctx, s, keys, args, ro)
+	return b.runEval(ctx, db, s, keys, args, ro, b.watchOf(ctx, s, keys, args, ro), publishes)
+}
+
+// runEval runs a script watched by w on one of the Backend's own loops and
+// waits for its outcome. The operation is the event loops' own (lop,
+// kindEval): it ends within the node timeout, so it is waited for even
+// when ctx ends first.
+func (b *Backend) runEval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch, publishes bool) (backend.Value, error) {
 	type result struct {
 		v   backend.Value
 		err error
@@ -48,11 +56,8 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	}
 	ql := b.ownLoop(key)
 	deadline, _ := ctx.Deadline()
-	// The operation is the event loops' own (lop, kindEval), started on
-	// one of the Backend's loops: it ends within the node timeout, so it
-	// is waited for even when ctx ends first.
 	if ql.l.Execute(func() {
-		ql.startEval(db, s, keys, args, ro, w, deadline, func(v backend.Value, err error) { end <- result{v, err} })
+		ql.startEval(db, s, keys, args, ro, w, publishes, deadline, func(v backend.Value, err error) { end <- result{v, err} })
 	}) != nil {
 		_, replies := b.closedOp()
 		return backend.Value{}, b.errNoQuorum(replies)
@@ -205,7 +210,7 @@ func (b *Backend) keysOutcome(keys []string, args [][]byte, w scriptWatch, at in
 	if watch {
 		count = createdCount(created)
 	}
-	longest, shortest := scriptTTLs(keys, created, count, ttls, b.q)
+	longest, shortest := scriptTTLs(keys, created, count, ttls, b.q, b.cfg.NodeTimeout)
 	if w == watchTTLs {
 		longest = longestTTL(replies, keys)
 	}
@@ -282,6 +287,9 @@ func evalRequest(s backend.Script, keys []string, args [][]byte, ro, watch, eval
 		mget = len(r.cmds.B)
 	}
 	appendEval(&r.cmds, s, keys, args, ro, eval)
+	if !eval {
+		r.load = scriptRef{sha: s.SHA1, src: s.Src}
+	}
 	if watch {
 		r.cmds.B = append(r.cmds.B, r.cmds.B[:mget]...) // the same MGET after
 		r.cmds.N++
@@ -367,8 +375,8 @@ func createdCount(created []map[string]string) map[string]int {
 // longest is the longest of any key on any node; shortest is the shortest
 // a node reports for a key it created, among keys created on a majority
 // (count: createdCount; q nodes; 0 when there are none, or they have no
-// expiry).
-func scriptTTLs(keys []string, created []map[string]string, count map[string]int, ttls [][]backend.Value, q int) (longest, shortest time.Duration) {
+// expiry), TTLs under floor left out (lockTTL says why).
+func scriptTTLs(keys []string, created []map[string]string, count map[string]int, ttls [][]backend.Value, q int, floor time.Duration) (longest, shortest time.Duration) {
 	for i, t := range ttls {
 		for j, v := range t {
 			if v.Kind != backend.KindInt || v.Int <= 0 || j >= len(keys) {
@@ -376,7 +384,7 @@ func scriptTTLs(keys []string, created []map[string]string, count map[string]int
 			}
 			d := time.Duration(v.Int) * time.Millisecond
 			longest = max(longest, d)
-			if _, mine := created[i][keys[j]]; mine && count[keys[j]] >= q && (shortest == 0 || d < shortest) {
+			if _, mine := created[i][keys[j]]; mine && count[keys[j]] >= q && d >= floor && (shortest == 0 || d < shortest) {
 				shortest = d
 			}
 		}

@@ -99,3 +99,49 @@ func TestEvalOutcomeCreatedNodeIsNotTimeVoted(t *testing.T) {
 		t.Fatalf("undo requests = %v; want node 0's created key undone, node 1 untouched", reqs)
 	}
 }
+
+// TestScriptValidity: a script's grant gets Redlock's validity check —
+// keys it created (watched by keys) or changed with an expiry (watched by
+// value) on a majority must outlive the vote's time plus the drift, or
+// the client gets TRYAGAIN and everything is undone — but only for TTLs
+// a lock can have (lockTTL: at least the node timeout): Redisson's 10ms
+// unlock latch, late, is no failed grant.
+func TestScriptValidity(t *testing.T) {
+	b := &Backend{q: 2, nodes: []*node{{addr: "a"}, {addr: "b"}, {addr: "c"}}, cfg: Config{}.withDefaults()}
+	bulk := func(s string) backend.Value { return backend.Value{Kind: backend.KindBulk, Str: []byte(s)} }
+	nilV := backend.Value{Kind: backend.KindNil}
+	arr := func(vs ...backend.Value) backend.Value { return backend.Value{Kind: backend.KindArray, Elems: vs} }
+	keysReplies := func(ttl int64) []nodeReply {
+		// MGET before, the script's reply, MGET after, the key's PTTL.
+		r := nodeReply{vals: []backend.Value{arr(nilV), backend.Int(1), arr(bulk("mine")), backend.Int(ttl)}, done: true}
+		return []nodeReply{r, r, r}
+	}
+	valuesReplies := func(ttl int64) []nodeReply {
+		// DUMP and PEXPIRETIME before, the script's reply, DUMP, PTTL and
+		// PEXPIRETIME after.
+		r := nodeReply{vals: []backend.Value{nilV, backend.Int(-2), nilV, bulk("dump"), backend.Int(ttl), backend.Int(1_900_000_000_000)}, done: true}
+		return []nodeReply{r, r, r}
+	}
+	args := [][]byte{[]byte("mine")}
+	for _, c := range []struct {
+		name    string
+		ttl     int64
+		elapsed time.Duration
+		late    bool
+	}{
+		{"a lock's grant in time", 300, 10 * time.Millisecond, false},
+		{"a lock's grant too late", 300, 297 * time.Millisecond, true},
+		{"a 10ms marker, late", 10, 9 * time.Millisecond, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err, _, _, undoAll := b.keysOutcome([]string{"k"}, args, watchKeys, 1, keysReplies(c.ttl), c.elapsed)
+			if late := err != nil; late != c.late || undoAll != c.late {
+				t.Errorf("watched by keys: error %v, undo all %v; want late %v", err, undoAll, c.late)
+			}
+			_, err, u := b.valuesOutcome([]string{"k"}, valuesReplies(c.ttl), c.elapsed)
+			if late := err != nil; late != c.late || u.all != c.late {
+				t.Errorf("watched by value: error %v, undo all %v; want late %v", err, u.all, c.late)
+			}
+		})
+	}
+}

@@ -39,7 +39,13 @@ type req struct {
 	// exec: cmds are one MULTI … EXEC; the node's replies are handed on
 	// as the queued commands' own (execReplies).
 	exec bool
+	// load is the script cmds call by EVALSHA, if any: loaded on a
+	// connection before its first call needs it (lnode.send).
+	load scriptRef
 }
+
+// scriptRef names a script by its SHA1 and gives its source.
+type scriptRef struct{ sha, src string }
 
 // op collects one operation's node replies, delivered on the loop that
 // runs it (lop). Its lock is for the waiter of a blocking caller
@@ -62,6 +68,11 @@ type op struct {
 	late     func(node int, vals []backend.Value, err error)
 	lateTo   *lop // instead of late, for the lock path's own operations (lop.lateReply): no closure per operation
 	lateBuf  []lateReply
+
+	// A script that may publish runs wrapped (scriptpub.go): each node's
+	// reply is unwrapped as it comes, its messages kept in pubs.
+	pub  *pubCall
+	pubs []backend.Value
 }
 
 type lateReply struct {
@@ -81,6 +92,9 @@ func (o *op) deliver(node int, vals []backend.Value, err error) {
 			return
 		}
 		o.lateWait[node] = false
+		if o.pub != nil && err == nil {
+			o.pub.unwrap(vals)
+		}
 		h, to := o.late, o.lateTo
 		if h == nil && to == nil {
 			o.lateBuf = append(o.lateBuf, lateReply{node: node, vals: cloneValues(vals), err: err})
@@ -106,6 +120,9 @@ func (o *op) deliver(node int, vals []backend.Value, err error) {
 				break
 			}
 		}
+	}
+	if o.pub != nil && err == nil {
+		o.pubs[node] = o.pub.unwrap(vals)
 	}
 	o.replies[node] = nodeReply{vals: vals, err: err, done: true}
 	o.left--
@@ -142,9 +159,15 @@ func (b *Backend) fanout(ctx context.Context, db int, key string, reqFor func(i 
 // run theirs, and the caller waits for its end. key (the operation's
 // first key, "" for none) picks the loop: see ownLoop.
 func (b *Backend) fanoutUntil(ctx context.Context, db int, key string, reqFor func(i int) *req, again func(i int, r nodeReply) *req, certain func([]nodeReply) bool) (*op, []nodeReply) {
+	return b.fanoutOp(ctx, key, &lop{db: db, again: again, certainFn: certain}, reqFor)
+}
+
+// fanoutOp is fanoutUntil for an operation the caller made (its db and
+// what ends it set).
+func (b *Backend) fanoutOp(ctx context.Context, key string, lo *lop, reqFor func(i int) *req) (*op, []nodeReply) {
 	ql := b.ownLoop(key)
 	end := make(chan []nodeReply, 1)
-	lo := &lop{ql: ql, db: db, again: again, certainFn: certain, decide: func(replies []nodeReply, _ time.Duration) { end <- replies }}
+	lo.ql, lo.decide = ql, func(replies []nodeReply, _ time.Duration) { end <- replies }
 	deadline, _ := ctx.Deadline()
 	if ql.l.Execute(func() { ql.runOp(lo, reqFor, deadline) }) != nil {
 		return b.closedOp()
@@ -358,6 +381,8 @@ func cloneValue(v backend.Value) backend.Value {
 // EVALSHA (each connection loads them when it is set up; EVAL when a node
 // lost them).
 type nodeScript struct{ src, sha string }
+
+func (s *nodeScript) ref() scriptRef { return scriptRef{sha: s.sha, src: s.src} }
 
 func newNodeScript(src string) *nodeScript {
 	h := sha1.Sum([]byte(src))

@@ -29,8 +29,9 @@ type lnode struct {
 	spare   []byte        // the other buffer (write)
 	pending []*call       // waiting for replies, in write order, from head
 	head    int
-	err     error // why it is down
-	dirty   bool  // in ql.dirty
+	err     error               // why it is down
+	dirty   bool                // in ql.dirty
+	loaded  map[string]struct{} // SHA1s of the scripts loaded on this connection (load)
 }
 
 // lconn is one connection of an lnode on the loop (the backend.LoopPeer):
@@ -79,8 +80,7 @@ func (ln *lnode) send(cl *call, buf []byte) {
 	case ln.state == down || ln.state == closed:
 		err = ln.err
 		ln.lk.mu.Lock()
-		ln.lk.keepUndo(cl)
-		cl.keep(&ln.lk.held) // its undo may run on the next connection, before it carries anything
+		ln.lk.keepUnsent(cl)
 		ln.lk.mu.Unlock()
 	case len(ln.pending)-ln.head >= maxPending && len(cl.undo) == 0:
 		// Undos are queued even then: kept for a later connection, one
@@ -93,10 +93,62 @@ func (ln *lnode) send(cl *call, buf []byte) {
 		cl.o.deliver(cl.node, nil, err)
 		return
 	}
+	ln.load(cl)
 	ln.wbuf = append(ln.wbuf, buf...)
 	ln.pending = append(ln.pending, cl)
 	if ln.state == up {
 		ln.ql.markDirty(ln)
+	}
+}
+
+// load puts a SCRIPT LOAD of the script cl calls by EVALSHA ahead of it,
+// unless this connection loaded it already. A NOSCRIPT answered and sent
+// again by EVAL would run the script after the commands this connection
+// carried meanwhile: a release answered by a majority, its third node's
+// NOSCRIPT retried after the next acquire of the key, left that node
+// without the lock (TestLoopAcquireRelease under load). A script loaded
+// this way is not evicted as EVAL's are (Redis 7.4); what remains is a
+// SCRIPT FLUSH on the node while connected, after which the next NOSCRIPT
+// reloads (traffic) and that one call is sent again by EVAL.
+func (ln *lnode) load(cl *call) {
+	if cl.load.sha == "" {
+		return
+	}
+	if _, ok := ln.loaded[cl.load.sha]; ok {
+		return
+	}
+	if ln.loaded == nil || len(ln.loaded) >= maxLoaded {
+		ln.loaded = make(map[string]struct{})
+	}
+	ln.loaded[cl.load.sha] = struct{}{}
+	r := resp.Request{B: ln.wbuf}
+	r.Strs("script", "load", cl.load.src)
+	ln.wbuf = r.B
+	cl.n++
+	cl.loading = true
+}
+
+// maxLoaded bounds the scripts a connection remembers loading; beyond,
+// it forgets them all and loads each again once.
+const maxLoaded = 4096
+
+// loadedReplies strips the reply of the SCRIPT LOAD that went ahead of cl
+// and forgets a script the node does not know (the load failed: it does
+// not compile there; or NOSCRIPT: its script cache was flushed).
+func (ln *lnode) loadedReplies(cl *call) {
+	if cl.load.sha == "" {
+		return
+	}
+	forget := false
+	if cl.loading {
+		forget = cl.vals[0].Kind == backend.KindError
+		cl.vals = cl.vals[1:]
+	}
+	for _, v := range cl.vals {
+		forget = forget || noScript(v)
+	}
+	if forget {
+		delete(ln.loaded, cl.load.sha)
 	}
 }
 
@@ -158,6 +210,7 @@ func (ln *lnode) traffic(in []byte) int {
 		if len(cl.vals) < cl.n {
 			continue
 		}
+		ln.loadedReplies(cl)
 		if cl.exec {
 			cl.vals = execReplies(cl.vals)
 		}
@@ -219,22 +272,34 @@ func (ln *lnode) lost(err error) {
 	if ln.ql.closed {
 		next, err = closed, errClosed
 	}
-	ln.fail(fmt.Errorf("node %s: %w", ln.lk.addr, err), next)
+	ln.fail(fmt.Errorf("node %s: %w", ln.lk.addr, err), next, true)
 	if next == connecting {
 		ln.startDial()
 	}
 }
 
-// fail fails every call waiting with err and moves to state st.
-func (ln *lnode) fail(err error, st linkState) {
+// fail fails every call waiting with err and moves to state st. written
+// says whether they went out on a connection. Those that did not (queued
+// while one was being set up) leave no repair and no hold behind: what
+// they would have written did not run; an undo among them is kept for the
+// next connection all the same (keepUnsent).
+func (ln *lnode) fail(err error, st linkState, written bool) {
 	ln.state, ln.err = st, err
 	calls := ln.pending[ln.head:]
 	ln.pending, ln.head = nil, 0
 	ln.wbuf = ln.wbuf[:0]
+	clear(ln.loaded) // the next connection may reach a restarted node
 	ln.lk.mu.Lock()
-	ln.lk.retire(calls)
+	if written {
+		ln.lk.retire(calls)
+	} else {
+		for _, cl := range calls {
+			ln.lk.keepUnsent(cl)
+		}
+	}
 	ln.lk.mu.Unlock()
 	for _, cl := range calls {
+		cl.release(ln.ql.b.order) // a kept or retired call holds nothing any more
 		cl.o.deliver(cl.node, nil, err)
 	}
 }
@@ -244,7 +309,7 @@ func (ln *lnode) shut() {
 	c := ln.cur
 	ln.cur = nil
 	ln.setReady()
-	ln.fail(errClosed, closed)
+	ln.fail(errClosed, closed, true)
 	if c != nil {
 		c.w.Close()
 	}
@@ -328,7 +393,7 @@ func (ln *lnode) dial() {
 		ln.ql.exec(func() {
 			if ln.state == connecting { // not closed meanwhile (nor up: one dial at a time)
 				ln.setReady()
-				ln.fail(err, down)
+				ln.fail(err, down, false)
 			}
 		})
 		backoff = min(max(2*backoff, ln.lk.cfg.NodeTimeout), maxBackoff)

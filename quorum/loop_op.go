@@ -33,6 +33,7 @@ type lop struct {
 	deadline  time.Time                                        // its command's deadline (begin)
 	decide    func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
 	certainFn func(replies []nodeReply) bool                   // whether the replies so far decide it (kindDecide; nil: wait for all)
+	failing   func(replies []nodeReply) bool                   // for an acquire (kindDecide): decided and lost, so its grace applies (splitGrace)
 
 	// The lock path's own operations keep what decides them here rather
 	// than in a decide closure (an allocation per operation saved): an
@@ -44,12 +45,16 @@ type lop struct {
 	mode     string
 	ttl      time.Duration
 	setDone  func(backend.SetResult, error)
+	splits   int  // the split votes this acquire lost and was sent again after (splitVote)
+	grace    bool // a failing acquire waits for its last replies (splitGrace)
 	script   backend.Script
+	orig     backend.Script // the client's script (script is wrapped when it may publish)
 	keys     []string
 	args     [][]byte
 	ro       bool
 	watch    scriptWatch
 	evalDone func(backend.Value, error)
+	pubOut   [][2][]byte // the messages a script that publishes sent, once decided (scriptpub.go)
 
 	// Storage for the common case (up to inlineNodes nodes, one command
 	// each, one call per node): an operation is a handful of allocations,
@@ -115,7 +120,7 @@ func (lo *lop) send(i int, r *req) {
 	} else {
 		cl = &call{vals: make([]backend.Value, 0, r.cmds.N)}
 	}
-	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.repair, cl.sent, cl.exec = &lo.op, ln, i, r.cmds.N, r.undo, r.repair, lo.sentAt, r.exec
+	cl.o, cl.c, cl.node, cl.n, cl.undo, cl.repair, cl.sent, cl.exec, cl.load = &lo.op, ln, i, r.cmds.N, r.undo, r.repair, lo.sentAt, r.exec, r.load
 	var sb [2]uint8
 	if held := writeStripes(sb[:0], r.repair, r.undo); len(held) > 0 {
 		// One order per key on each node (order.go).
@@ -175,11 +180,55 @@ func (lo *lop) progress() {
 	switch {
 	case lo.answered():
 		lo.end()
+	case lo.grace:
+		// A failing acquire waits out its grace for the rest (splitGrace).
 	case lo.certain():
+		if lo.failingAcquire() && !lo.restLag() {
+			lo.grace = true
+			lo.ql.after(time.Now().Add(splitGrace), timerEntry{o: lo})
+			return
+		}
 		lo.early = true
 		lo.end()
 	}
 }
+
+// failingAcquire reports whether the operation is an acquire that cannot
+// win any more (its outcome is certain, and not a grant).
+func (lo *lop) failingAcquire() bool {
+	if lo.kind == kindSet {
+		return !lo.ql.b.setWon(lo.replies, true)
+	}
+	return lo.failing != nil && lo.failing(lo.replies)
+}
+
+// restLag reports whether every node still to answer has left a call of
+// this loop unanswered longer than splitGrace: a paused, partitioned or
+// slow node, whose reply the grace would wait for in vain (a healthy
+// node's oldest unanswered call is a few microseconds old). Found by the
+// full suite: with the grace waited for a paused node, contended SET NX
+// kept half its all-up grant rate.
+func (lo *lop) restLag() bool {
+	now := time.Now()
+	for i, r := range lo.replies {
+		if r.done {
+			continue
+		}
+		ln := lo.ql.nodes[i][lo.db]
+		if ln == nil || ln.head >= len(ln.pending) || now.Sub(ln.pending[ln.head].sent) < splitGrace {
+			return false
+		}
+	}
+	return true
+}
+
+// splitGrace is how long an acquire that is failing (N−Q+1 nodes said
+// the key is held) waits for the nodes still to answer before it answers
+// nil: their replies say whether it wrote there, and so whether it lost a
+// split vote, which sends it again (splitVote). Healthy nodes answer
+// within it; one that lags already (restLag) is not waited for, and its
+// write, if any, is repaired when it comes (lateWrote).
+const splitGrace = 2 * time.Millisecond
 
 // certain reports whether the replies so far decide the operation (the
 // lock path's own: an acquire, a script).
@@ -197,6 +246,11 @@ func (lo *lop) certain() bool {
 // out (and their connections hear that they are overdue). After an early
 // end, only the connections hear it.
 func (lo *lop) expire() {
+	if lo.grace && !lo.ended { // a failing acquire's grace ran out (splitGrace)
+		lo.early = true
+		lo.end()
+		return
+	}
 	if lo.ended {
 		if lo.early {
 			lo.overdueLate()
@@ -232,6 +286,7 @@ func (lo *lop) end() {
 	case kindSet:
 		ql := lo.ql
 		res, err, undo := ql.b.setOutcome(lo.setOpt, true, lo.mode, lo.ttl, lo.replies, elapsed)
+		again := splitVote(res, err, undo) && lo.splits < maxSplits && !deadlineNear(lo.deadline)
 		if undo != nil {
 			ur, uagain := undoRequest(lo.key, lo.token)
 			ql.run(lo.db, func(i int) *req {
@@ -239,7 +294,12 @@ func (lo *lop) end() {
 					return ur
 				}
 				return nil
-			}, uagain, time.Time{}, func([]nodeReply, time.Duration) { lo.releaseStripes() })
+			}, uagain, time.Time{}, func([]nodeReply, time.Duration) {
+				lo.releaseStripes()
+				if again {
+					lo.splitOrHeld(res)
+				}
+			})
 		} else {
 			lo.releaseStripes()
 		}
@@ -247,10 +307,15 @@ func (lo *lop) end() {
 			lo.granted = err == nil && res.Written
 			lo.lateFromNowOn()
 		}
-		lo.setDone(res, err)
+		if !again {
+			lo.setDone(res, err)
+		}
 	case kindEval:
 		ql := lo.ql
 		v, err, u := ql.b.evalOutcome(lo.keys, lo.args, lo.watch, lo.replies, elapsed)
+		if lo.pub != nil {
+			lo.pubOut = lo.pubsDecided(v, err)
+		}
 		if d := time.Duration(ql.b.maxTTL.Load()); err == nil && ql.b.needsCover(d) {
 			// The script left a TTL longer than the horizon markers cover:
 			// they must before the client hears of it, which blocks, so off
@@ -282,22 +347,87 @@ func (lo *lop) end() {
 // reply.
 func (lo *lop) finishEval(v backend.Value, err error, u evalUndo) {
 	ql := lo.ql
+	again := lo.splitScript(err, u)
 	if undos := u.requests(ql.b.q); undos != nil {
-		ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func([]nodeReply, time.Duration) { lo.releaseStripes() })
+		ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func(replies []nodeReply, _ time.Duration) {
+			lo.releaseStripes()
+			if !again {
+				return
+			}
+			if restoredAll(replies, u.changes) {
+				lo.retryEval()
+				return
+			}
+			lo.evalDone(v, err)
+		})
 	} else {
 		lo.releaseStripes()
+		again = false
 	}
 	// awaitsLate, not lateWait alone: while the reply waited for the
 	// horizon markers, a late reply may have come already (kept in
 	// lateBuf, its lateWait cleared). Found when EXEC moved onto the
 	// loops: a refused transaction's write on the third node stayed.
+	if lo.pubOut != nil && !u.all {
+		ql.deliverPubs(lo.pubOut)
+	}
 	if lo.awaitsLate() {
 		// A late reply may come after the read buffer v points into was
 		// reused.
 		lo.told, lo.failed = cloneValue(v), u.all || err != nil
 		lo.lateFromNowOn()
 	}
-	lo.evalDone(v, err)
+	if !again {
+		lo.evalDone(v, err)
+	}
+}
+
+// splitScript reports a script watched by values that every node ran
+// (no node failed) with no reply agreed: a split among scripts acquiring
+// the same key at once, such as Redisson's lock script, which answers the
+// other holder's PTTL where it finds the key taken. Everything it changed
+// is put back on every node; when each restore finds the node as the
+// script left it, the script left no trace and is sent again after a
+// short pause (splitVote says why; a script watched by keys may have done
+// more than it created, and is not).
+func (lo *lop) splitScript(err error, u evalUndo) bool {
+	if err == nil || !u.all || lo.watch != watchValues || lo.splits >= maxSplits || deadlineNear(lo.deadline) {
+		return false
+	}
+	for _, r := range lo.replies {
+		if !r.done || r.err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// restoredAll reports whether each restore put back every key it was
+// given (restoreScript answers how many it did).
+func restoredAll(replies []nodeReply, changes [][]valueChange) bool {
+	for i, r := range replies {
+		if len(changes[i]) == 0 {
+			continue
+		}
+		if v, ok := one(r); !ok || v.Kind != backend.KindInt || v.Int != int64(len(changes[i])) {
+			return false
+		}
+	}
+	return true
+}
+
+// retryEval sends a script that lost a split again, after a short random
+// pause, as a new operation (splitScript).
+func (lo *lop) retryEval() {
+	ql := lo.ql
+	time.AfterFunc(splitPause(lo.splits+1), func() {
+		if ql.l.Execute(func() {
+			n := ql.startEval(lo.db, lo.orig, lo.keys, lo.args, lo.ro, lo.watch, lo.pub != nil, lo.deadline, lo.evalDone)
+			n.splits = lo.splits + 1
+		}) != nil {
+			lo.evalDone(backend.Value{}, errClosed)
+		}
+	})
 }
 
 // lateFromNowOn sends the replies that come after the end to lateReply.
@@ -328,6 +458,9 @@ func (lo *lop) lateReply(i int, vals []backend.Value, err error) {
 		if at := scriptAt(lo.watch, len(lo.keys)); err == nil && len(vals) > at && noScript(vals[at]) {
 			r := scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, true)
 			ql.run(lo.db, only(i, r), nil, time.Time{}, func(replies []nodeReply, _ time.Duration) {
+				if lo.pub != nil && replies[i].err == nil {
+					lo.pub.unwrap(replies[i].vals)
+				}
 				lo.lateReply(i, replies[i].vals, replies[i].err)
 			})
 			return
@@ -353,6 +486,36 @@ func only(i int, r *req) func(int) *req {
 }
 
 var _ backend.LoopBackend = (*qloop)(nil)
+
+// splitOrHeld ends an acquire that answered nil having written on some
+// nodes, once those writes are undone: the answer is nil when Q nodes hold
+// one token (someone holds the lock; ours wrote where that holder's write
+// had not come yet), else it was a split and the acquire is sent again.
+func (lo *lop) splitOrHeld(lost backend.SetResult) {
+	r := &req{}
+	r.cmds.Strs("get", lo.key)
+	lo.ql.run(lo.db, same(r), nil, lo.deadline, func(replies []nodeReply, _ time.Duration) {
+		if lo.ql.b.heldByOne(replies) {
+			lo.setDone(lost, nil)
+			return
+		}
+		lo.retrySet(lost)
+	})
+}
+
+// retrySet sends an acquire that lost a split vote (splitVote) again,
+// once its writes are undone and after a short random pause, as a new
+// operation; lost stands for its answer should the loop be gone by then.
+func (lo *lop) retrySet(lost backend.SetResult) {
+	ql := lo.ql
+	n := &lop{ql: ql, db: lo.db, kind: kindSet, key: lo.key, token: lo.token, setOpt: lo.setOpt, mode: lo.mode, ttl: lo.ttl,
+		setDone: lo.setDone, splits: lo.splits + 1, req: lo.req, deadline: lo.deadline}
+	time.AfterFunc(splitPause(n.splits), func() {
+		if ql.l.Execute(func() { n.startLocked([]string{n.key}) }) != nil {
+			n.setDone(lost, nil)
+		}
+	})
+}
 
 // StartSet implements backend.LoopBackend for an acquire: SET key token NX
 // with a relative expiry (PX, EX), nothing else. It is decided by the same
@@ -396,7 +559,7 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 // keys' stripes (stripe.go) from send until decided and undone, queued on
 // its loop while another operation holds them.
 func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(backend.Value, error)) bool {
-	refused, read := ql.b.classes.RefusalCached(s)
+	refused, publishes, read := ql.b.classes.RefusalCached(s)
 	w, ok := ql.b.watchCached(s, keys, args, ro)
 	switch {
 	case !read || !ok || !ql.usable(db):
@@ -405,23 +568,29 @@ func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byt
 		ql.exec(func() { done(backend.Value{}, refused) })
 		return true
 	}
-	ql.startEval(db, s, keys, args, ro, w, deadline, done)
+	ql.startEval(db, s, keys, args, ro, w, publishes, deadline, done)
 	return true
 }
 
 // startEval starts a script whose watch is known: StartEval's, and a
 // blocking Eval's on the Backend's own loops.
-func (ql *qloop) startEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch, deadline time.Time, done func(backend.Value, error)) {
-	lo := &lop{ql: ql, db: db, kind: kindEval, script: s, keys: keys, args: args, ro: ro, watch: w, evalDone: done}
+func (ql *qloop) startEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch, publishes bool, deadline time.Time, done func(backend.Value, error)) *lop {
+	lo := &lop{ql: ql, db: db, kind: kindEval, script: s, orig: s, keys: keys, args: args, ro: ro, watch: w, evalDone: done}
+	if publishes { // it runs wrapped, its messages held back until the vote (scriptpub.go)
+		lo.script = ql.b.pubScripts.of(s)
+		lo.pub = &pubCall{at: scriptAt(w, len(keys)), wrapped: []byte(lo.script.SHA1), sha: []byte(s.SHA1)}
+		lo.pubs = make([]backend.Value, len(ql.b.nodes))
+	}
 	lo.req, lo.deadline = scriptRequest(lo.script, lo.keys, lo.args, lo.ro, lo.watch, false), deadline
 	lo.startLocked(keys)
+	return lo
 }
 
 // startLocked begins the operation once it holds its keys' stripes: at
 // once when they are free, else on its loop when they are handed to it.
 func (lo *lop) startLocked(keys []string) {
 	lo.stripes = stripes(lo.sbuf[:0], keys)
-	if lockStripes(&lo.ql.b.keys, lo.stripes, lo) {
+	if lockStripes(&lo.ql.b.keys, lo.stripes, lo, false) {
 		lo.begin()
 	}
 }
@@ -439,7 +608,7 @@ func (lo *lop) stripeReady() {
 
 // releaseStripes lets the operation's stripes go (once).
 func (lo *lop) releaseStripes() {
-	lo.ql.b.unlockStripes(lo.stripes)
+	lo.ql.b.unlockStripes(lo.stripes, false)
 	lo.stripes = nil
 }
 
@@ -449,11 +618,7 @@ func (ql *qloop) StartGet(db int, key string, deadline time.Time, done func([]by
 	if !ql.usable(db) {
 		return false
 	}
-	r := &req{}
-	r.cmds.Strs("get", key)
-	ql.run(db, same(r), nil, deadline, func(replies []nodeReply, _ time.Duration) {
-		done(ql.b.getOutcome(replies))
-	})
+	ql.startRead(db, "get", key, deadline, func(replies []nodeReply) { done(ql.b.getOutcome(replies)) })
 	return true
 }
 
@@ -463,10 +628,44 @@ func (ql *qloop) StartPTTL(db int, key string, deadline time.Time, done func(int
 	if !ql.usable(db) {
 		return false
 	}
-	r := &req{}
-	r.cmds.Strs("pttl", key)
-	ql.run(db, same(r), nil, deadline, func(replies []nodeReply, _ time.Duration) {
-		done(ql.b.pttlOutcome(replies))
-	})
+	ql.startRead(db, "pttl", key, deadline, func(replies []nodeReply) { done(ql.b.pttlOutcome(replies)) })
 	return true
+}
+
+// loopRead is a read of one key on a loop. It holds the key's stripe as a
+// reader (stripe.go) from send until decided: it is sent after the write
+// before it was decided and undone.
+type loopRead struct {
+	ql       *qloop
+	db       int
+	r        req
+	deadline time.Time
+	idx      [1]int
+	decide   func([]nodeReply)
+}
+
+// startRead sends cmd key to every node once the key's stripe is free of
+// writers, and hands the replies to decide.
+func (ql *qloop) startRead(db int, cmd, key string, deadline time.Time, decide func([]nodeReply)) {
+	rd := &loopRead{ql: ql, db: db, deadline: deadline, decide: decide}
+	rd.r.cmds.Strs(cmd, key)
+	rd.idx[0] = int(stripe(key))
+	if lockStripes(&ql.b.keys, rd.idx[:], rd, true) {
+		rd.begin()
+	}
+}
+
+func (rd *loopRead) begin() {
+	rd.ql.run(rd.db, same(&rd.r), nil, rd.deadline, func(replies []nodeReply, _ time.Duration) {
+		rd.ql.b.unlockStripes(rd.idx[:], true)
+		rd.decide(replies)
+	})
+}
+
+// stripeReady implements stripeWaiter: the read holds its stripe now and
+// begins on its loop. A loop that is gone lets it go again.
+func (rd *loopRead) stripeReady() {
+	if rd.ql.l.Execute(rd.begin) != nil {
+		rd.ql.b.unlockStripes(rd.idx[:], true)
+	}
 }

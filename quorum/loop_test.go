@@ -653,3 +653,77 @@ func TestLoopScriptAgreedKeepsAgreeingNodes(t *testing.T) {
 		}
 	}
 }
+
+// A write that never reached a node — its connection down — leaves nothing
+// behind: no hold on its key's stripe, which made the writes of that stripe
+// from the other loop's connection leave the node out and queue a repair
+// each (a dead node's cost on TestAvailability), and no repair of its own.
+func TestLoopDeadNodeQueuesNoRepairs(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 2, quorum.Config{})
+	waitLoopReady(t, c, b)
+	nodes[2].Kill()
+	ctx := t.Context()
+	onLoops(t, b, 1900, func() { // a few may run off the loops while a connection is set up
+		var wg sync.WaitGroup
+		for w := range 20 {
+			wg.Go(func() {
+				for i := range 100 {
+					if ok, err := acquire(ctx, c, fmt.Sprintf("dead:%d:%d", w, i), "tok", time.Minute); err != nil || !ok {
+						t.Errorf("acquire with a node down: %v, %v", ok, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+	if n := b.RepairsPending(); n > 20 { // those in flight when the node died
+		t.Fatalf("%d keys queued for repair after 2,000 acquires with a node down; want none but those in flight at the kill", n)
+	}
+}
+
+// A script reaches each node loaded ahead of its first EVALSHA on a
+// connection, never as a NOSCRIPT sent again by EVAL: that retry ran
+// after the writes the connection carried meanwhile (a release's retry
+// after the next acquire of its key left a node without the lock).
+func TestLoopScriptsNeverNoScript(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c, b := startLoopProxy(t, nodes, 2, quorum.Config{})
+	ctx := t.Context()
+	waitLoopReady(t, c, b)
+	direct := directClients(t, nodes)
+	noScripts := func(d *redis.Client) string {
+		stats, err := d.Info(ctx, "errorstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, after, _ := strings.Cut(stats, "errorstat_NOSCRIPT:")
+		n, _, _ := strings.Cut(strings.TrimPrefix(after, "count="), "\r")
+		return n
+	}
+	// The horizon markers (db 15) are written by a client of their own,
+	// EVALSHA and then EVAL; their first write follows the first acquire.
+	acquire(ctx, c, "warm", "x", time.Minute)
+	var before []string
+	for _, d := range direct {
+		before = append(before, noScripts(d))
+	}
+	release := redis.NewScript(releaseSrc)
+	onLoops(t, b, 15, func() { // the first EVAL is classified off the loops
+		for i := range 10 {
+			key := fmt.Sprintf("ns%d", i)
+			if ok, err := acquire(ctx, c, key, "t", time.Minute); !ok || err != nil {
+				t.Fatalf("SET %s t NX PX = %v, %v", key, ok, err)
+			}
+			if n, err := release.Run(ctx, c, []string{key}, "t").Int(); n != 1 || err != nil {
+				t.Fatalf("release %s = %v, %v; want 1", key, n, err)
+			}
+		}
+	})
+	for i, d := range direct {
+		if n := noScripts(d); n != before[i] {
+			t.Errorf("node %d answered NOSCRIPT to the lock path (%s, before %s)", i, n, before[i])
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,13 +120,31 @@ func parseSet(v backend.Value, plain bool) (setResult, bool) {
 }
 
 // Set implements backend.KeySpace. An acquire (NX with an expiry) gets
-// Redlock's validity check and owner-checked undo.
+// Redlock's validity check and owner-checked undo, and is sent again when
+// it lost a split vote (splitVote).
 func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
+	for splits := 0; ; splits++ {
+		res, err, undone := b.setOnce(ctx, db, key, token, o)
+		deadline, _ := ctx.Deadline()
+		if !splitVote(res, err, undone) || splits == maxSplits || deadlineNear(deadline) || b.heldByOne(b.do(ctx, db, "get", key)) {
+			return res, err
+		}
+		select {
+		case <-time.After(splitPause(splits + 1)):
+		case <-ctx.Done():
+			return res, err
+		}
+	}
+}
+
+// setOnce is one attempt of Set; undone marks the nodes whose writes it
+// undid.
+func (b *Backend) setOnce(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (_ backend.SetResult, _ error, undone []bool) {
 	mode, val, ttl := setExpiry(o)
 	plain := !o.Get && (o.Cond == backend.Always || o.Cond == backend.IfAbsent || o.Cond == backend.IfPresent)
 	r, again := setRequest(key, token, o, plain, mode, val)
 	if err := b.coverTTL(ctx, ttl); err != nil { // the horizon marker first (marker.go)
-		return backend.SetResult{}, err
+		return backend.SetResult{}, err, nil
 	}
 	defer b.lockKeys(key)()
 	start := time.Now()
@@ -133,7 +152,11 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	if o.Cond == backend.IfAbsent && !o.Get {
 		certain = func(replies []nodeReply) bool { return b.setCertain(replies, plain) }
 	}
-	op, replies := b.fanoutUntil(ctx, db, key, same(r), again, certain)
+	lo := &lop{db: db, again: again, certainFn: certain}
+	if certain != nil {
+		lo.failing = func(replies []nodeReply) bool { return !b.setWon(replies, plain) }
+	}
+	op, replies := b.fanoutOp(ctx, key, lo, same(r))
 	res, err, undo := b.setOutcome(o, plain, mode, ttl, replies, time.Since(start))
 	if o.Cond == backend.IfAbsent {
 		b.undoWrites(ctx, db, key, token, undo)
@@ -146,7 +169,70 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 			})
 		}
 	}
-	return res, err
+	return res, err, undo
+}
+
+// Split votes. Acquires of one key by several clients at once (through
+// several instances: one instance sends them one at a time) can each win
+// a minority of the nodes, or lose a node still holding the last holder's
+// key, whose release has not reached it yet: each hears "held" from the
+// others' nodes, answers nil and undoes its own writes, and the key is
+// left held by nobody. A polling client tries again; a client that waits to be woken
+// by the holder's release (simple-redis-mutex, Redisson) waits for a
+// release that never comes — on one Redis a nil always means someone
+// holds the key. So an acquire that answers nil after undoing writes is
+// sent again after a short random pause (as Redlock's clients do), up to
+// maxSplits times within its deadline, unless a read after the undo finds
+// one token on a majority (that holder will release). The pause grows
+// with the attempts.
+// Only SET NX: its only effect is the write that was undone, so sending it
+// again is a later SET NX. A script's other effects could not be sent
+// twice.
+
+// maxSplits bounds the attempts an acquire makes after split votes: a
+// split ends as soon as one contender holds a majority, which under a
+// herd of contenders woken together can take a few rounds.
+const maxSplits = 8
+
+// heldByOne reports whether Q of the replies to a GET are one token: a
+// holder has the key on a majority.
+func (b *Backend) heldByOne(replies []nodeReply) bool {
+	for i, r := range replies {
+		v, ok := one(r)
+		if !ok || v.Kind != backend.KindBulk {
+			continue
+		}
+		n := 1
+		for _, o := range replies[i+1:] {
+			if w, ok := one(o); ok && w.Kind == backend.KindBulk && bytes.Equal(w.Str, v.Str) {
+				n++
+			}
+		}
+		if n >= b.q {
+			return true
+		}
+	}
+	return false
+}
+
+// splitVote reports an acquire that answered nil having written on some
+// nodes, which its undo cleared: a split, unless a holder has the key on
+// a majority (heldByOne), its write not yet come where ours went.
+func splitVote(res backend.SetResult, err error, undone []bool) bool {
+	return err == nil && !res.Written && undone != nil
+}
+
+// splitPause is the pause before attempt n after a split vote: random, so
+// that the clients that split do not meet again, within n·4ms (40ms at
+// most).
+func splitPause(n int) time.Duration {
+	return time.Duration(1+rand.N(min(4*n, 40))) * time.Millisecond
+}
+
+// deadlineNear reports whether a command's deadline leaves no room for
+// another attempt.
+func deadlineNear(deadline time.Time) bool {
+	return !deadline.IsZero() && time.Until(deadline) < 50*time.Millisecond
 }
 
 // setCertain reports whether an acquire's replies so far decide it: Q
@@ -162,6 +248,17 @@ func (b *Backend) setCertain(replies []nodeReply, plain bool) bool {
 		}
 	}
 	return wrote >= b.q || refused >= len(b.nodes)-b.q+1
+}
+
+// setWon reports whether Q nodes wrote an acquire's token.
+func (b *Backend) setWon(replies []nodeReply, plain bool) bool {
+	wrote := 0
+	for _, nr := range replies {
+		if sr, ok := setReply(nr, plain); ok && sr.written {
+			wrote++
+		}
+	}
+	return wrote >= b.q
 }
 
 // lateWrote reports whether a reply that came after an acquire ended says
@@ -297,6 +394,7 @@ func setRequest(key string, token []byte, o backend.SetOptions, plain bool, mode
 	if !plain {
 		args := [][]byte{token, []byte(condName(o.Cond)), o.Match, []byte(mode), strconv.AppendInt(nil, val, 10)}
 		runScript(&r.cmds, setScript, false, []string{key}, args...)
+		r.load = setScript.ref()
 		return r, scriptFallback(setScript, []string{key}, args...)
 	}
 	argc := 3
@@ -382,7 +480,7 @@ func (b *Backend) undoWrites(ctx context.Context, db int, key string, token []by
 // undoRequest is the owner-checked delete an undo sends every node, and
 // its fallback for a node that answers NOSCRIPT.
 func undoRequest(key string, token []byte) (*req, func(int, nodeReply) *req) {
-	r := &req{undo: []undoRec{{key: key, token: string(token)}}}
+	r := &req{undo: []undoRec{{key: key, token: string(token)}}, load: delIfScript.ref()}
 	runScript(&r.cmds, delIfScript, false, []string{key}, token, []byte("eq"))
 	return r, scriptFallback(delIfScript, []string{key}, token, []byte("eq"))
 }
@@ -518,6 +616,7 @@ func (b *Backend) voteBool(replies []nodeReply) (bool, error) {
 
 // Get implements backend.KeySpace: the token a majority holds.
 func (b *Backend) Get(ctx context.Context, db int, key string) ([]byte, bool, error) {
+	defer b.rlockKeys(key)()
 	return b.getOutcome(b.do(ctx, db, "get", key))
 }
 
@@ -546,7 +645,7 @@ func (b *Backend) Del(ctx context.Context, db int, keys []string) (int64, error)
 // confirmations.
 func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Cond, match []byte) (bool, error) {
 	defer b.lockKeys(key)()
-	r := &req{repair: []string{key}}
+	r := &req{repair: []string{key}, load: delIfScript.ref()}
 	c := []byte(condName(cond))
 	runScript(&r.cmds, delIfScript, false, []string{key}, match, c)
 	return b.voteBool(b.fanout(ctx, db, key, same(r), scriptFallback(delIfScript, []string{key}, match, c)))
@@ -554,12 +653,14 @@ func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Co
 
 // Exists implements backend.KeySpace.
 func (b *Backend) Exists(ctx context.Context, db int, keys []string) (int64, error) {
+	defer b.rlockKeys(keys...)()
 	return b.voteInt(b.do(ctx, db, append([]string{"exists"}, keys...)...))
 }
 
 // PTTL implements backend.KeySpace: -2 or -1 when a majority says so;
 // otherwise the time to live that at least Q nodes still have.
 func (b *Backend) PTTL(ctx context.Context, db int, key string) (int64, error) {
+	defer b.rlockKeys(key)()
 	return b.pttlOutcome(b.do(ctx, db, "pttl", key))
 }
 

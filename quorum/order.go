@@ -34,7 +34,9 @@ import (
 //
 // A write whose connection breaks unanswered may still run on the node
 // until the line's next connection has killed the old one, so its hold
-// lasts until then. Reads neither hold nor wait: a decided write ran on Q
+// lasts until then; a write never written (its connection down) holds
+// nothing past its failure (keepUnsent). Reads neither hold nor wait here
+// (they wait for the key's stripe, stripe.go): a decided write ran on Q
 // nodes, so Q replies that agree always include one that ran it.
 
 // errBehind: the node has unanswered writes of these keys on another line.

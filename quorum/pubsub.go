@@ -21,10 +21,8 @@ import (
 // each one arrives up to N times, once per node, and is delivered once.
 // Two majorities meet on a node, so with a majority of nodes up every
 // instance subscribed to them hears every message.
-//
-// Not served: PUBLISH from a script (scripts run on the nodes, where a
-// message could not be told from the nodes' own pub/sub, nor held back
-// until the vote): such a script is refused before it runs.
+// A script's messages take the same way once its vote has decided it
+// (scriptpub.go).
 
 // busChannel is the nodes' channel the instances talk on.
 const busChannel = "lockproxy:pubsub"
@@ -56,7 +54,8 @@ var (
 )
 
 // SetHub implements backend.Publisher: messages from the other instances
-// are delivered to h from now on. (Scripts that publish stay refused.)
+// are delivered to h from now on, and so are the messages of scripts
+// that publish.
 func (b *Backend) SetHub(h backend.Hub) {
 	b.bus.once.Do(func() {
 		rand.Read(b.bus.self[:])
@@ -76,16 +75,7 @@ func (b *Backend) SetHub(h backend.Hub) {
 
 // Publish implements backend.Bus.
 func (b *Backend) Publish(ctx context.Context, channel, msg []byte) error {
-	payload := make([]byte, busHeader, busHeader+len(channel)+len(msg))
-	copy(payload, b.bus.self[:])
-	binary.BigEndian.PutUint64(payload[8:], b.bus.seq.Add(1))
-	binary.BigEndian.PutUint64(payload[16:], uint64(len(channel)))
-	payload = append(append(payload, channel...), msg...)
-	r := &req{}
-	r.cmds.Cmd(3)
-	r.cmds.Arg("publish")
-	r.cmds.Arg(busChannel)
-	r.cmds.ArgBytes(payload)
+	r := b.busRequest(channel, msg)
 	replies := b.fanout(ctx, 0, "", same(r), nil)
 	took := 0
 	for _, nr := range replies {
@@ -99,10 +89,39 @@ func (b *Backend) Publish(ctx context.Context, channel, msg []byte) error {
 	return nil
 }
 
+// busRequest is the PUBLISH on busChannel that carries a message to the
+// other instances.
+func (b *Backend) busRequest(channel, msg []byte) *req {
+	payload := make([]byte, busHeader, busHeader+len(channel)+len(msg))
+	copy(payload, b.bus.self[:])
+	binary.BigEndian.PutUint64(payload[8:], b.bus.seq.Add(1))
+	binary.BigEndian.PutUint64(payload[16:], uint64(len(channel)))
+	payload = append(append(payload, channel...), msg...)
+	r := &req{}
+	r.cmds.Cmd(3)
+	r.cmds.Arg("publish")
+	r.cmds.Arg(busChannel)
+	r.cmds.ArgBytes(payload)
+	return r
+}
+
 // listen delivers the messages of one node's subscription until it is
-// closed (go-redis reconnects it meanwhile).
+// closed. go-redis reconnects it meanwhile and subscribes again; from then
+// on the subscribers get the last messages of their channels again
+// (Hub.Rewake): what the node carried meanwhile was not heard here, and
+// the other nodes' copies may have been lost too.
 func (s *bus) listen(ps *redis.PubSub) {
-	for m := range ps.Channel(redis.WithChannelSize(1024)) {
+	subscribed := 0
+	for e := range ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)) {
+		m, ok := e.(*redis.Message)
+		if !ok {
+			if sub, ok := e.(*redis.Subscription); ok && sub.Kind == "subscribe" {
+				if subscribed++; subscribed > 1 {
+					s.hub.Rewake()
+				}
+			}
+			continue
+		}
 		p := []byte(m.Payload)
 		if len(p) < busHeader {
 			continue

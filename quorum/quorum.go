@@ -76,6 +76,7 @@ type Backend struct {
 	classes    luascripts.Classes // what each script does (classify.go)
 	order      orderHolds         // each node's unanswered writes, by stripe (order.go)
 	bus        bus                // pub/sub between instances (pubsub.go)
+	pubScripts pubScripts         // scripts that publish, as the nodes run them (scriptpub.go)
 	lp         loops              // the event loops' node connections (loop.go)
 	late       lateWork           // work that must not block a loop or a reader: late undos, horizon raises
 	repairs    repairQueue        // keys whose node connection broke unanswered (repair.go)

@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -34,10 +35,12 @@ import (
 
 // repairQueue holds the keys to repair, by node and database.
 type repairQueue struct {
-	mu   sync.Mutex
-	keys map[repairKey]time.Time // when it was first asked for
-	busy int                     // taken by a pass and not done yet
-	wake chan struct{}
+	mu    sync.Mutex
+	nodes map[int]map[repairKey]time.Time // by node: when each key was first asked for
+	n     int                             // keys in nodes
+	busy  int                             // taken by a pass and not done yet
+	swept time.Time                       // the last look for keys given up (take)
+	wake  chan struct{}
 }
 
 type repairKey struct {
@@ -54,15 +57,9 @@ func (q *repairQueue) add(node, db int, keys []string) {
 		return
 	}
 	q.mu.Lock()
-	if q.keys == nil {
-		q.keys = make(map[repairKey]time.Time)
-	}
 	now := time.Now()
 	for _, k := range keys {
-		rk := repairKey{node, db, k}
-		if _, ok := q.keys[rk]; !ok {
-			q.keys[rk] = now
-		}
+		q.put(repairKey{node, db, k}, now)
 	}
 	q.mu.Unlock()
 	select {
@@ -71,13 +68,57 @@ func (q *repairQueue) add(node, db int, keys []string) {
 	}
 }
 
-// take returns every key asked for so far and empties the queue; each is
-// pending (len) until done.
-func (q *repairQueue) take() map[repairKey]time.Time {
+// put queues rk, asked for since then, unless it is queued. Under q.mu.
+func (q *repairQueue) put(rk repairKey, since time.Time) {
+	if q.nodes == nil {
+		q.nodes = make(map[int]map[repairKey]time.Time)
+	}
+	m := q.nodes[rk.node]
+	if m == nil {
+		m = make(map[repairKey]time.Time)
+		q.nodes[rk.node] = m
+	}
+	if _, ok := m[rk]; !ok {
+		m[rk] = since
+		q.n++
+	}
+}
+
+// take returns every key asked for so far, but those of the nodes skip
+// names, and empties the queue of them; each is pending (len) until done.
+// The keys of a skipped node stay, untouched but for those that waited
+// repairFor, given up (looked for once a second): with a node down for
+// long, thousands of keys can wait for it, and taking and putting each
+// back every pass took a tenth of the CPU.
+func (q *repairQueue) take(skip []bool) map[repairKey]time.Time {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	out := q.keys
-	q.keys = nil
+	now := time.Now()
+	sweep := now.Sub(q.swept) >= time.Second
+	if sweep {
+		q.swept = now
+	}
+	var out map[repairKey]time.Time
+	for node, m := range q.nodes {
+		if node < len(skip) && skip[node] {
+			if sweep {
+				for rk, since := range m {
+					if now.Sub(since) >= repairFor {
+						delete(m, rk)
+						q.n--
+					}
+				}
+			}
+			continue
+		}
+		if out == nil {
+			out = m
+		} else {
+			maps.Copy(out, m)
+		}
+		q.n -= len(m)
+		delete(q.nodes, node)
+	}
 	q.busy += len(out)
 	return out
 }
@@ -93,19 +134,14 @@ func (q *repairQueue) done() {
 func (q *repairQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.keys) + q.busy
+	return q.n + q.busy
 }
 
 // requeue puts back a key whose node could not be read yet.
 func (q *repairQueue) requeue(rk repairKey, since time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.keys == nil {
-		q.keys = make(map[repairKey]time.Time)
-	}
-	if _, ok := q.keys[rk]; !ok {
-		q.keys[rk] = since
-	}
+	q.put(rk, since)
 }
 
 // repairLoop repairs the keys asked for until Close (stop), a pass at
@@ -120,8 +156,11 @@ func (b *Backend) repairLoop(stop <-chan struct{}) {
 		case <-b.repairs.wake:
 		case <-t.C:
 		}
-		for rk, since := range b.repairs.take() {
-			if !b.repairKey(rk) && time.Since(since) < repairFor {
+		// The keys of a node the health checks cannot reach wait in the
+		// queue; whether a loop's connection is up is asked once per pass.
+		seen := map[linkOf]bool{}
+		for rk, since := range b.repairs.take(b.unreachable()) {
+			if !b.repairKey(rk, seen) && time.Since(since) < repairFor {
 				b.repairs.requeue(rk, since)
 			}
 			b.repairs.done()
@@ -131,8 +170,8 @@ func (b *Backend) repairLoop(stop <-chan struct{}) {
 
 // repairKey repairs one key (see the top of this file); false when the
 // node, or too many others, could not be read yet.
-func (b *Backend) repairKey(rk repairKey) bool {
-	if !b.linkUp(rk.node, rk.db, rk.key) {
+func (b *Backend) repairKey(rk repairKey, seen map[linkOf]bool) bool {
+	if !b.linkUp(rk.node, rk.db, rk.key, seen) {
 		// Not reachable yet (a dial is under way, or it keeps failing):
 		// no read to spend, and no failure to count against the node.
 		return false
@@ -180,14 +219,38 @@ func (b *Backend) repairKey(rk repairKey) bool {
 	return true
 }
 
+// linkOf is one loop's connection to one database of one node.
+type linkOf struct {
+	ql       *qloop
+	node, db int
+}
+
 // linkUp reports whether key's own loop, where its repair runs, has its
 // connection to node i's database db up (setting it up if it was never
-// used).
-func (b *Backend) linkUp(i, db int, key string) bool {
+// used); seen remembers the answers of this pass.
+func (b *Backend) linkUp(i, db int, key string, seen map[linkOf]bool) bool {
 	ql := b.ownLoop(key)
+	lo := linkOf{ql, i, db}
+	if v, ok := seen[lo]; ok {
+		return v
+	}
 	isUp := make(chan bool, 1)
 	if ql.l.Execute(func() { isUp <- ql.node(i, db).state == up }) != nil {
 		return false
 	}
-	return <-isUp
+	seen[lo] = <-isUp
+	return seen[lo]
+}
+
+// unreachable reports, by node, whether the last health check failed to
+// reach it.
+func (b *Backend) unreachable() []bool {
+	out := make([]bool, len(b.health))
+	for i := range b.health {
+		h := &b.health[i]
+		h.mu.Lock()
+		out[i] = h.checked && !h.reachable
+		h.mu.Unlock()
+	}
+	return out
 }

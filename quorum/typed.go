@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/keycmd"
+	"github.com/lockproxy/lockproxy/luascripts"
 )
 
 // msgMarkerReserved refuses a value-type command on the horizon marker,
@@ -25,19 +26,14 @@ const msgMarkerReserved = "ERR lockproxy reserves " + markerKey + " in database 
 // keyspace.go's. The horizon
 // marker is out of reach of these commands (msgMarkerReserved).
 //
-// A command ends once Q nodes gave the same reply, so a paused or slow
-// node costs nothing; a write whose connection breaks unanswered has its
-// keys repaired on that node (repairValue: set to the value Q other nodes
-// agree on). Scripts that may write these types are watched by value
-// (values.go): what one did on a node whose reply is not the one the
-// client was told is put back there, owner-checked, late replies
-// included, and a grant gets the validity check and counts toward the
-// restart quarantine.
-//
-// Not yet: a command sent alone (not in a script) that lost the vote is
-// not undone on the nodes that ran it, and its late reply is not looked
-// at: a ZADD or HSET on a minority stays there until the key's TTL, or
-// until a lost connection's repair brings the node in line.
+// A read ends once Q nodes gave the same reply, so a paused or slow node
+// costs nothing. A write that may add runs as a script watched by value
+// (typedWrite, values.go), as the scripts that may write these types do:
+// what it did on a node whose reply is not the one the client was told is
+// put back there, owner-checked, late replies included. One that only
+// removes (removesOnly) runs as sent, like a read, and is not put back.
+// A write whose connection breaks unanswered has its keys repaired on
+// that node (repairValue: set to the value Q other nodes agree on).
 func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
 	name := strings.ToLower(string(args[0]))
 	if v, err, ok := b.keyspaceCommand(ctx, db, name, args); ok {
@@ -50,12 +46,18 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	case "incr", "decr", "incrby", "decrby":
 		return b.counter(ctx, db, keys[0], name, args)
 	}
+	c := keycmd.Lookup(args[0])
+	if c != nil && c.Write && len(keys) > 0 && !removesOnly[name] {
+		return b.typedWrite(ctx, db, name, keys, args)
+	}
 	r := &req{}
-	if c := keycmd.Lookup(args[0]); c != nil && c.Write {
+	if c != nil && c.Write {
 		defer b.lockKeys(keys...)()
 		// A write whose connection breaks unanswered may still run on
 		// that node: its keys are repaired there (repair.go, values).
 		r.repair = keys
+	} else {
+		defer b.rlockKeys(keys...)() // a read waits for the writes before it (stripe.go)
 	}
 	r.cmds.Cmd(len(args))
 	for _, a := range args {
@@ -76,13 +78,64 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 		return ok
 	})
 	v, err := b.voteReply(replies)
-	switch {
-	case err != nil:
+	if err != nil {
 		return backend.Value{}, err
-	case v.Kind == backend.KindNil && len(args) == 3 && (name == "lpop" || name == "rpop"):
-		return backend.Value{Kind: backend.KindNilArray}, nil // RESP3's null stands for RESP2's null array here
 	}
-	return flattenPairs(v), nil
+	return typedReply(name, args, v), nil
+}
+
+// typedReply is a node's RESP3 reply to a typed command as the client's
+// protocol needs it: RESP3's null for a counted LPOP or RPOP stands for
+// RESP2's null array, and ZRANGE … WITHSCORES pairs are flattened.
+func typedReply(name string, args [][]byte, v backend.Value) backend.Value {
+	if v.Kind == backend.KindNil && len(args) == 3 && (name == "lpop" || name == "rpop") {
+		return backend.Value{Kind: backend.KindNilArray}
+	}
+	return flattenPairs(v)
+}
+
+// typedWriteScript runs a typed write as the client sent it, its reply in
+// RESP3 as the command's own (a double stays a double), an error reply
+// returned rather than raised, so that it reads as the command's. Lua's
+// numbers are doubles, so HINCRBY's reply, any int64, comes back as the
+// field's text in a map of one entry (typedInt), which no typed write
+// answers otherwise (the TestDifferentialQuorum corpus caught 2^63-1
+// coming back as -2^63).
+var typedWriteScript = backend.Script{Src: typedWriteSrc, SHA1: luascripts.SHA1(typedWriteSrc)}
+
+const (
+	typedInt      = "lockproxy:int"
+	typedWriteSrc = "redis.setresp(3) local r = redis.pcall(unpack(ARGV)) " +
+		"if type(r) == 'number' and string.lower(ARGV[1]) == 'hincrby' then " +
+		"return {map = {['" + typedInt + "'] = redis.call('hget', KEYS[1], ARGV[3])}} end return r"
+)
+
+// removesOnly are the typed writes that only take away (a release: a
+// semaphore's ZREM, a pop). They run as sent, not as typedWrite: putting
+// one back where it lost the vote would give a released permit back to
+// its holder until the TTL. Found by TestAvailability under the suite's
+// load: with a node slow, the Semaphore's releases missed their majority,
+// were put back everywhere, and contended grants fell to a twentieth.
+var removesOnly = map[string]bool{
+	"zrem": true, "zremrangebyscore": true, "zpopmin": true, "zpopmax": true,
+	"hdel": true, "srem": true, "lrem": true, "lpop": true, "rpop": true, "ltrim": true,
+}
+
+// typedWrite runs a typed write that may add (HSET, ZADD, RENAME …) on the
+// nodes as a script watched by value: a write that lost the vote is put
+// back on the nodes that ran it, as a script's is (values.go), rather
+// than left on a minority until the key's TTL.
+func (b *Backend) typedWrite(ctx context.Context, db int, name string, keys []string, args [][]byte) (backend.Value, error) {
+	v, err := b.runEval(ctx, db, typedWriteScript, keys, args, false, watchValues, false)
+	if err != nil {
+		return backend.Value{}, err
+	}
+	if v.Kind == backend.KindMap && len(v.Elems) == 2 && string(v.Elems[0].Str) == typedInt {
+		if n, ok := backend.ParseInt(v.Elems[1].Str); ok {
+			return backend.Int(n), nil
+		}
+	}
+	return typedReply(name, args, v), nil
 }
 
 // flattenPairs turns a RESP3 array of two-element arrays (ZRANGE …

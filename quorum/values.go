@@ -117,6 +117,9 @@ func valuesRequest(s backend.Script, keys []string, args [][]byte, ro, eval bool
 		r.cmds.Strs("pexpiretime", k)
 	}
 	appendEval(&r.cmds, s, keys, args, ro, eval)
+	if !eval {
+		r.load = scriptRef{sha: s.SHA1, src: s.Src}
+	}
 	for _, k := range keys {
 		r.cmds.Strs("dump", k)
 		r.cmds.Strs("pttl", k)
@@ -202,6 +205,16 @@ func (r valuesReply) changed(key string) bool {
 	return false
 }
 
+// lockTTL reports whether a TTL a script left on a key it created or
+// changed is a lock's, for the validity check: one at least the node
+// timeout (configuration asks lock TTLs to be far above it). A shorter one
+// is a marker: Redisson's unlock script (node-redisson's, with 10ms) sets
+// an "unlock latch" that only makes a retried unlock idempotent, and under
+// load its vote takes longer than that TTL, which the check turned into a
+// TRYAGAIN for the unlock (found by TestWakeUpsAcrossInstances in the full
+// suite). Such a key is still put back where its script lost the vote.
+func (b *Backend) lockTTL(d time.Duration) bool { return d > 0 && d >= b.cfg.NodeTimeout }
+
 // valuesOutcome is evalOutcome for a script watched by values: the reply
 // Q nodes agree on, and what to put back where (evalUndo).
 func (b *Backend) valuesOutcome(keys []string, replies []nodeReply, elapsed time.Duration) (backend.Value, error, evalUndo) {
@@ -250,7 +263,7 @@ func (b *Backend) valuesOutcome(keys []string, replies []nodeReply, elapsed time
 	for j, k := range keys {
 		n, short := 0, time.Duration(0)
 		for i := range read {
-			if u.agreed[i] && read[i].changed(k) && read[i].expSet[j] && read[i].ttl[j] > 0 {
+			if u.agreed[i] && read[i].changed(k) && read[i].expSet[j] && b.lockTTL(read[i].ttl[j]) {
 				n++
 				if short == 0 || read[i].ttl[j] < short {
 					short = read[i].ttl[j]

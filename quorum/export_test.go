@@ -1,0 +1,7 @@
+package quorum
+
+// MaxSplits is maxSplits, for the external tests.
+const MaxSplits = maxSplits
+
+// RepairsPending is how many keys wait for a repair (repair.go).
+func (b *Backend) RepairsPending() int { return b.repairs.len() }
