@@ -3,6 +3,7 @@ package pgbridge
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -197,8 +198,27 @@ func (t *advTx) clock() time.Time { return wallNow() }
 
 // prepare takes the advisory lock of each key this process does not hold.
 // Keys whose lock another session has are a *heldError, with the instance
-// holding each (from its lease row).
+// holding each (from its lease row, or the session holding the lock). A
+// key whose lock was let go between the try and that read (a contended
+// lock changing hands: no session holds it, or the row's holder no longer
+// does) is tried again, a few times, rather than answered TRYAGAIN for
+// want of a holder to route to. A fence stays a fence: taken, its lock
+// shows it (t.fence).
 func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
+	for attempt := 1; ; attempt++ {
+		t, err := a.prepareOnce(ctx, keys)
+		if !errors.Is(err, errLetGo) || attempt == 3 {
+			return t, err
+		}
+	}
+}
+
+// errLetGo marks a *heldError one of whose keys was let go before its
+// holder was read.
+var errLetGo = errors.New("the lock was let go meanwhile")
+
+// prepareOnce is one attempt of prepare.
+func (a *advisory) prepareOnce(ctx context.Context, keys []dbKey) (tx, error) {
 	t := &advTx{a: a, keys: keys, states: make(map[dbKey]state, len(keys))}
 	var need []dbKey
 	now := nowMS()
@@ -262,10 +282,14 @@ func (a *advisory) prepare(ctx context.Context, keys []dbKey) (tx, error) {
 		return nil, err
 	}
 	for _, k := range he.keys {
-		_, in, _, rerr := a.readTable(ctx, k)
+		_, in, rowless, rerr := a.readTable(ctx, k)
 		if rerr != nil {
 			return nil, rerr
 		}
+		// No instance to route to: no row and no session holds the lock
+		// now, or the row read is its holder's, who no longer holds it (a
+		// fence, or a release whose deletion the read's snapshot predates).
+		he.letGo = he.letGo || (in == "" && !rowless)
 		he.instances = append(he.instances, in)
 	}
 	return nil, &he

@@ -495,17 +495,5 @@ func (h *holder) unfence(ctx context.Context, conn *pgx.Conn, acq []*query) erro
 	if len(rel) == 0 {
 		return nil
 	}
-	var pb pgx.Batch
-	pb.Queue(h.releaseSQL(true), releaseArgs(rel, true)...)
-	br := conn.SendBatch(ctx, &pb)
-	err := readRows(br, rel, func(_ *query, ok bool, _ int64) error {
-		if !ok {
-			return errors.New("pg_advisory_unlock: the holder session did not hold the lock")
-		}
-		return nil
-	})
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return unlockBatch(ctx, conn, h.releaseSQL(true), rel, true)
 }

@@ -42,6 +42,7 @@
 // instances' clocks agree with PostgreSQL's (NTP); deleting a lease row
 // does not release an advisory lock. Multi-key DEL and EXISTS are atomic
 // per key; writes on keys held beyond reach may answer TRYAGAIN; the
-// commands on the whole key space (KEYS, SCAN, FLUSHDB …) are refused. New picks
+// commands on the whole key space (KEYS, SCAN, FLUSHDB …: whole.go) are
+// refused from scripts, and a flush is not one atomic step. New picks
 // the strategy; no other code asks which strategy it has.
 package pgbridge

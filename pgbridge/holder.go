@@ -64,7 +64,7 @@ type holderSQL struct {
 }
 
 func (h *holder) statements() holderSQL {
-	return holderSQL{acquire: h.acquireSQL(), release: h.releaseSQL(false), releaseRows: h.releaseSQL(true),
+	return holderSQL{acquire: h.acquireSQL(), release: h.releaseSQL(false), releaseRows: h.deleteRowsSQL(),
 		raise: h.raiseSQL(), check: h.checkSQL(), checkDead: h.checkDeadSQL()}
 }
 
@@ -319,6 +319,57 @@ func (h *holder) releaseSQL(rows bool) string {
 		SELECT ord, pg_advisory_unlock(id), id, NULL::boolean FROM r ORDER BY ord`
 }
 
+// deleteRowsSQL is a batch's release statement when some of its releases
+// have rows: it deletes those rows and unlocks only the releases without
+// one (answering true for the others). Their locks are unlocked after the
+// batch committed (unlockAfter): a lock let go inside the transaction
+// that deletes its row is free to other sessions before the deletion is,
+// and a session that took it then read the row as its holder's fence
+// until its deadline (found with node-redisson's counter across two
+// instances: TRYAGAIN for a lock released a moment before).
+func (h *holder) deleteRowsSQL() string {
+	return `WITH r AS (SELECT * FROM unnest($1::int[], $2::bytea[], $3::bigint[], $4::bool[]) WITH ORDINALITY AS u(db, key, id, row, ord)),
+		d AS (DELETE FROM ` + h.a.b.table + ` t USING r WHERE r.row AND t.db = r.db AND t.key = r.key AND t.holder_pid = pg_backend_pid())
+		SELECT ord, CASE WHEN row THEN true ELSE pg_advisory_unlock(id) END, id, NULL::boolean FROM r ORDER BY ord`
+}
+
+// unlockAfter unlocks, in a transaction of its own after the batch that
+// deleted their rows committed, the locks of a batch's releases that had
+// rows (deleteRowsSQL).
+func (h *holder) unlockAfter(ctx context.Context, conn *pgx.Conn, rel []*query) error {
+	var rows []*query
+	for _, q := range rel {
+		if q.row {
+			rows = append(rows, q)
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	return unlockBatch(ctx, conn, h.sql.release, rows, false)
+}
+
+// unlockBatch runs one release statement (sql, for rel; rows: the form
+// that also deletes rows) on conn alone, and checks every lock was held.
+func unlockBatch(ctx context.Context, conn *pgx.Conn, sql string, rel []*query, rows bool) error {
+	var pb pgx.Batch
+	pb.Queue(sql, releaseArgs(rel, rows)...)
+	br := conn.SendBatch(ctx, &pb)
+	err := readRows(br, rel, checkUnlocked)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// checkUnlocked is readRows's check of a release's row.
+func checkUnlocked(_ *query, ok bool, _ int64) error {
+	if !ok {
+		return errors.New("pg_advisory_unlock: the holder session did not hold the lock")
+	}
+	return nil
+}
+
 func releaseArgs(qs []*query, rows bool) []any {
 	ids := make([]int64, len(qs))
 	if !rows {
@@ -440,6 +491,9 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 	if err := br.Close(); err != nil && first == nil {
 		first = err
 	}
+	if first == nil && len(rel) > 0 {
+		first = h.unlockAfter(ctx, conn, rel)
+	}
 	if first == nil && len(acq) > 0 {
 		if raise != 0 {
 			h.until = raise
@@ -556,12 +610,7 @@ func readBatch(br pgx.BatchResults, acq, rel, stmts []*query, raised, deferred b
 		}
 	}
 	if len(rel) > 0 {
-		note(readRows(br, rel, func(q *query, ok bool, _ int64) error {
-			if !ok {
-				return errors.New("pg_advisory_unlock: the holder session did not hold the lock")
-			}
-			return nil
-		}))
+		note(readRows(br, rel, checkUnlocked))
 	}
 	if len(acq) > 0 {
 		note(readRows(br, acq, func(q *query, ok bool, id int64) error {

@@ -301,14 +301,13 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 // value types, counters, TYPE, RENAME …) runs on the model over its keys
 // like any operation (write), and a key held by another instance sends it
 // there. The commands on the key space as a whole (KEYS, SCAN, RANDOMKEY,
-// FLUSHDB, FLUSHALL) are refused: the model sees the operation's keys
-// only.
+// FLUSHDB, FLUSHALL) read or change the lease table (whole.go).
 func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
-	if name := strings.ToLower(string(args[0])); keycmd.WholeKeySpace(name) {
-		return backend.Value{}, backend.Reply(keycmd.NotWholeMsg(name, "postgres backend"))
-	}
 	if err := checkDB(db); err != nil {
 		return backend.Value{}, err
+	}
+	if keycmd.WholeKeySpace(strings.ToLower(string(args[0]))) {
+		return b.whole(ctx, db, args)
 	}
 	dk := make([]dbKey, len(keys))
 	for i, k := range keys {
@@ -331,8 +330,8 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 }
 
 // partial is the KeySpace a script runs on: the round's model View, which
-// holds the script's keys only, so the commands on the whole key space are
-// refused as Do refuses them.
+// holds the script's keys only, so the commands on the whole key space
+// (which would answer from those keys alone) are refused.
 type partial struct{ backend.KeySpace }
 
 func (p partial) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/model"
 	"github.com/lockproxy/lockproxy/luascripts"
 )
 
@@ -157,6 +158,13 @@ type strategy interface {
 	// countLive counts the live keys of db in the lease table but for the
 	// keys of except (DBSIZE); it is run under Backend.retryRead.
 	countLive(ctx context.Context, db int, except [][]byte) (int64, error)
+	// listLive lists the live keys of db with their types (KEYS, SCAN,
+	// RANDOMKEY, FLUSHDB: whole.go), run under Backend.retryRead;
+	// dropFences deletes the rows of db no session holds (a flush), and
+	// unfenceAll the fences that cover every database (FLUSHALL).
+	listLive(ctx context.Context, db int) ([]model.KeyType, error)
+	dropFences(ctx context.Context, db int) error
+	unfenceAll(ctx context.Context) error
 
 	// acquire is the fast path of SET key token NX (without GET), the
 	// command every lock client takes its lock with; its stripe is not
@@ -206,7 +214,11 @@ type tx interface {
 type heldError struct {
 	keys      []dbKey
 	instances []string // the holding instance of each key, "" if unknown
+	letGo     bool     // a key was let go before its holder was read (errLetGo)
 }
+
+// Is reports a *heldError with a key let go as errLetGo.
+func (e *heldError) Is(target error) bool { return target == errLetGo && e.letGo }
 
 func (e *heldError) Error() string {
 	return fmt.Sprintf("pgbridge: %d key(s) held elsewhere", len(e.keys))

@@ -17,10 +17,13 @@ import (
 // hands to its subscribers. A message that would not fit a NOTIFY payload
 // (about 8 kB) is an error, not a silent local delivery.
 //
-// Not guaranteed: a message sent while another instance's LISTEN session
-// is being re-established (PostgreSQL restarted) does not reach that
-// instance; nor one whose sender dies between a script's commit and its
-// NOTIFY. The lock libraries then wait for their retry or the TTL.
+// A message sent while another instance's LISTEN session is being
+// re-established (PostgreSQL restarted, the session killed) does not reach
+// that instance: once its session is back, it hands its subscribers the
+// last messages of their channels again (Hub.Rewake), so that a waiter
+// whose wake-up was lost looks again. Not covered: a message whose sender
+// dies between a script's commit and its NOTIFY; the lock libraries then
+// wait for their retry or the TTL.
 
 // pubsubChannel is the NOTIFY channel every instance listens to.
 const pubsubChannel = "lockproxy_pubsub"
@@ -44,7 +47,7 @@ func (b *Backend) SetHub(h backend.Hub) {
 		b.hub = h
 		ready := make(chan struct{})
 		b.wg.Add(1)
-		go b.listen(pubsubChannel, "pub/sub listener", ready, b.deliverOthers)
+		go b.listen(pubsubChannel, "pub/sub listener", ready, b.deliverOthers, h.Rewake)
 		select { // the first LISTEN, so that a message sent right after start is heard
 		case <-ready:
 		case <-time.After(b.cfg.OpTimeout):

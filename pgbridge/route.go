@@ -91,7 +91,7 @@ func channelOf(instance string) string { return "lockproxy_" + instance }
 func newRouter(ctx context.Context, a *advisory) (*router, error) {
 	r := &router{a: a, channel: channelOf(a.b.instance), pending: make(map[uint64]chan *routeReply), ready: make(chan struct{})}
 	a.b.wg.Add(1)
-	go a.b.listen(r.channel, "routing listener", r.ready, func(payload string) { r.dispatch([]byte(payload)) })
+	go a.b.listen(r.channel, "routing listener", r.ready, func(payload string) { r.dispatch([]byte(payload)) }, nil)
 	select {
 	case <-r.ready:
 		return r, nil
@@ -105,9 +105,9 @@ func newRouter(ctx context.Context, a *advisory) (*router, error) {
 // listen keeps a session LISTENing on channel until Close (b.wg counts
 // it), handing each payload to handle; ready is closed once the first
 // LISTEN is in place. what names it in the outage log.
-func (b *Backend) listen(channel, what string, ready chan struct{}, handle func(payload string)) {
+func (b *Backend) listen(channel, what string, ready chan struct{}, handle func(payload string), recovered func()) {
 	defer b.wg.Done()
-	once := sync.Once{}
+	first := true
 	for b.ctx.Err() == nil {
 		conn, err := pgx.Connect(b.ctx, b.cfg.DSN)
 		if err == nil {
@@ -115,7 +115,12 @@ func (b *Backend) listen(channel, what string, ready chan struct{}, handle func(
 		}
 		if err == nil {
 			b.outage.ok()
-			once.Do(func() { close(ready) })
+			if first {
+				close(ready)
+				first = false
+			} else if recovered != nil {
+				recovered() // what was sent meanwhile was not heard
+			}
 			for {
 				var n *pgconn.Notification
 				if n, err = conn.WaitForNotification(b.ctx); err != nil {
@@ -177,6 +182,10 @@ func (r *router) serve(req *routeReq) {
 	case "count": // this instance's keys, for another's DBSIZE (count.go)
 		if err = checkDB(req.DB); err == nil {
 			rep.N = r.a.ownCount(req.DB, nil)
+		}
+	case "rows": // the rows of this instance's locks without one, for another's listing (whole.go)
+		if err = checkDB(req.DB); err == nil {
+			r.a.writeRows(req.DB)
 		}
 	case "read": // GET, PTTL, EXISTS of a lock held here without a row (deferred.go)
 		var s state
