@@ -3,6 +3,7 @@ package migrate
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -40,9 +41,9 @@ func TestClassify(t *testing.T) {
 		if got := len(p.creates) > 0; got != acquiring[name] {
 			t.Errorf("%s: creates %v; want acquiring %v", name, p.creates, acquiring[name])
 		}
-		for k, v := range p.creates {
-			if string(v) != "tok" {
-				t.Errorf("%s creates %s = %q; want the token", name, k, v)
+		for _, e := range p.creates {
+			if e.kind != elemString || e.tok != "tok" {
+				t.Errorf("%s creates %+v; want a string holding the token", name, e)
 			}
 		}
 		if len(p.watch) < 1 || p.watch[0] != "lock:a" {
@@ -66,7 +67,7 @@ return out`
 		return out
 	}
 	p := b.classify(t.Context(), 0, s, nil, argv("3", "setnx", "k", "tok", "3", "expire", "k", "10"), false)
-	if string(p.creates["k"]) != "tok" || len(p.watch) != 1 {
+	if want := []element{{key: "k", kind: elemString, tok: "tok"}}; !slices.Equal(p.creates, want) || len(p.watch) != 1 {
 		t.Errorf("MULTI SETNX EXPIRE: creates %v, watch %v; want k created with tok", p.creates, p.watch)
 	}
 	p = b.classify(t.Context(), 0, s, nil, argv("2", "get", "k", "2", "del", "j"), false)
@@ -75,6 +76,66 @@ return out`
 	}
 	if p := b.classify(t.Context(), 0, s, nil, argv("3", "setnx", "k", "tok"), true); len(p.creates) != 0 {
 		t.Errorf("a read-only run creates %v; want nothing", p.creates)
+	}
+}
+
+// TestClassifyValues: the scripts of the libraries that keep more than a
+// token per key create their field or member from nothing; their
+// releases and refreshes create nothing.
+func TestClassifyValues(t *testing.T) {
+	b := &Backend{cfg: Config{}.withDefaults()}
+	semAcquire := `redis.call('zremrangebyscore', KEYS[1], '-inf', tonumber(ARGV[4]) - tonumber(ARGV[3]))
+if redis.call('zcard', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('zadd', KEYS[1], ARGV[4], ARGV[2])
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  return 1
+end
+return 0`
+	semRefresh := `if redis.call('zscore', KEYS[1], ARGV[2]) then
+  redis.call('zadd', KEYS[1], ARGV[4], ARGV[2])
+  return 1
+end
+return 0`
+	rlock := `if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1);
+  redis.call('pexpire', KEYS[1], ARGV[1]);
+  return nil;
+end
+return redis.call('pttl', KEYS[1]);`
+	sadd := `redis.call('sadd', KEYS[1], ARGV[1], ARGV[2]) redis.call('rpush', KEYS[2], 'x') return 1`
+	// Redisson's unlock creates only its latch, a literal: no acquire.
+	unlock := `if redis.call('get', KEYS[2]) then return 0 end redis.call('set', KEYS[2], 0, 'px', ARGV[2]) return nil`
+	symfony := `redis.call('zadd', KEYS[1], 5, ARGV[1]) redis.call('zadd', KEYS[1], 5, '__write__') return true`
+	args := func(words ...string) [][]byte {
+		out := make([][]byte, len(words))
+		for i, w := range words {
+			out[i] = []byte(w)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, src string
+		keys      []string
+		args      [][]byte
+		want      []element
+	}{
+		{"semaphore acquire", semAcquire, []string{"sem"}, args("3", "id1", "5000", "1700000000000"), []element{{key: "sem", kind: elemMember, name: "id1"}}},
+		{"semaphore refresh", semRefresh, []string{"sem"}, args("3", "id1", "5000", "1700000000000"), nil},
+		{"redisson lock", rlock, []string{"lock"}, args("30000", "client:1"), []element{{key: "lock", kind: elemField, name: "client:1"}}},
+		{"set members; a list is no element", sadd, []string{"s", "l"}, args("a", "b"), []element{{key: "s", kind: elemSetMem, name: "a"}, {key: "s", kind: elemSetMem, name: "b"}}},
+		{"an unlock latch is nobody's", unlock, []string{"lock", "latch"}, args("0", "100"), nil},
+		{"a counter is nobody's", `return redis.call('incrby', KEYS[1], ARGV[1])`, []string{"permits"}, args("3"), nil},
+		{"Redisson passes PUBLISH in ARGV", `redis.call(ARGV[2], KEYS[2], ARGV[1]) redis.call('set', KEYS[1], 1) return 1`, []string{"latch", "ch"}, args("0", "PUBLISH"), nil},
+		{"symfony's __write__ comes with the token", symfony, []string{"sy"}, args("tok"), []element{{key: "sy", kind: elemMember, name: "__write__"}, {key: "sy", kind: elemMember, name: "tok"}}},
+	} {
+		s := backend.Script{SHA1: luascripts.SHA1(tc.src), Src: tc.src}
+		p := b.classify(t.Context(), 0, s, tc.keys, tc.args, false)
+		if !slices.Equal(p.creates, tc.want) {
+			t.Errorf("%s: creates %+v; want %+v", tc.name, p.creates, tc.want)
+		}
+		if tc.name == "symfony's __write__ comes with the token" && !slices.Equal(p.mine, []bool{false, true}) {
+			t.Errorf("%s: mine %v; want the token only", tc.name, p.mine)
+		}
 	}
 }
 

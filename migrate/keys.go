@@ -3,12 +3,10 @@ package migrate
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/backend"
-	"github.com/lockproxy/lockproxy/keycmd"
 )
 
 // Set implements backend.KeySpace. SET … NX (and SETNX) is an acquire:
@@ -57,8 +55,13 @@ func (b *Backend) acquire(ctx context.Context, db int, key string, token []byte,
 	return res, nil
 }
 
-// failed counts a legacy failure and turns it into the client's TRYAGAIN.
+// failed counts a legacy failure and turns it into the client's TRYAGAIN;
+// a WRONGTYPE the legacy Redis answered (to a command, or to a call in
+// one of this package's scripts) is the client's reply, as Redis words it.
 func (b *Backend) failed(err error) error {
+	if redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return backend.Reply(backend.MsgWrongType)
+	}
 	b.st.legacyErrors.Add(1)
 	return legacyFailed(err)
 }
@@ -236,27 +239,4 @@ func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool)
 // DBSize implements backend.KeySpace: the inner backend's count.
 func (b *Backend) DBSize(ctx context.Context, db int) (int64, error) {
 	return b.inner.DBSize(ctx, db)
-}
-
-// Do implements backend.KeySpace: a migrating proxy serves string values
-// only, for now, and of the commands handed over whole only TYPE, a read
-// answered as Get is (the inner backend's type, else the legacy Redis's).
-// Taking a counter, a hash or a sorted set in both the legacy Redis and the
-// inner backend, with an undo of one side, is the next step.
-func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
-	name := strings.ToLower(string(args[0]))
-	if name != "type" {
-		return backend.Value{}, backend.Reply(keycmd.NotServedHereMsg(name, "migrating proxy"))
-	}
-	v, err := b.inner.Do(ctx, db, keys, args)
-	if err != nil || string(v.Str) != "none" {
-		return v, err
-	}
-	lctx, cancel := b.legacyCtx(ctx)
-	defer cancel()
-	t, err := b.client(db).Type(lctx, keys[0]).Result()
-	if err != nil {
-		return backend.Value{}, b.failed(err)
-	}
-	return backend.Status(t), nil
 }

@@ -15,19 +15,26 @@ import (
 
 // setIfScript is SET under a condition: ARGV[1] the token, ARGV[2] the
 // condition (always, xx, eq, ne), ARGV[3] the value eq and ne compare
-// with, ARGV[4…] SET's expiry options. It answers the previous token (nil
-// when absent) and 1 when it wrote.
-var setIfScript = redis.NewScript(`local cur = redis.call('get', KEYS[1])
+// with, ARGV[4] "get" for SET … GET, ARGV[5…] SET's expiry options. It
+// answers the previous token (nil when absent or of another type) and 1
+// when it wrote; a key of another type is WRONGTYPE to eq, ne and GET, as
+// in Redis, and replaced by the others.
+var setIfScript = redis.NewScript(`local t = redis.call('type', KEYS[1]).ok
 local c = ARGV[2]
-local ok = c == 'always' or (c == 'xx' and cur) or (c == 'eq' and cur == ARGV[3]) or (c == 'ne' and cur ~= ARGV[3])
-if ok then redis.call('set', KEYS[1], ARGV[1], unpack(ARGV, 4)) end
+if t ~= 'string' and t ~= 'none' and (c == 'eq' or c == 'ne' or ARGV[4] == 'get') then
+  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+local cur = false
+if t == 'string' then cur = redis.call('get', KEYS[1]) end
+local ok = c == 'always' or (c == 'xx' and t ~= 'none') or (c == 'eq' and cur == ARGV[3]) or (c == 'ne' and cur ~= ARGV[3])
+if ok then redis.call('set', KEYS[1], ARGV[1], unpack(ARGV, 5)) end
 return {cur, ok and 1 or 0}`)
 
 // delIfScript deletes each key of KEYS whose token is the ARGV of the same
 // position and counts those deleted: the owner-checked delete of an undo.
 var delIfScript = redis.NewScript(`local n = 0
 for i, k in ipairs(KEYS) do
-  if redis.call('get', k) == ARGV[i] then n = n + redis.call('del', k) end
+  if redis.call('type', k).ok == 'string' and redis.call('get', k) == ARGV[i] then n = n + redis.call('del', k) end
 end
 return n`)
 
@@ -94,7 +101,11 @@ func (b *Backend) legacySetIf(ctx context.Context, db int, key string, token []b
 	case backend.IfNotEqual:
 		cond = "ne"
 	}
-	args := append([]any{token, cond, o.Match}, expiryArgs(o.Expiry, o.KeepTTL)...)
+	get := ""
+	if o.Get {
+		get = "get"
+	}
+	args := append([]any{token, cond, o.Match, get}, expiryArgs(o.Expiry, o.KeepTTL)...)
 	lctx, cancel := b.legacyCtx(ctx)
 	defer cancel()
 	v, err := setIfScript.Run(lctx, b.client(db), []string{key}, args...).Slice()

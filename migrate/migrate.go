@@ -139,10 +139,12 @@ type Backend struct {
 	clients  [16]*redis.Client // by database, made on first use
 	releases luascripts.Releases
 
-	st    status
-	stop  chan struct{}
-	done  chan struct{}
-	close sync.Once
+	st     status
+	stop   chan struct{}
+	done   chan struct{}
+	close  sync.Once
+	bridge sync.WaitGroup // the pub/sub bridge (pubsub.go), once SetHub started it
+	hubSet sync.Once
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -173,6 +175,13 @@ func (b *Backend) client(db int) *redis.Client {
 	if c := b.clients[db]; c != nil {
 		return c
 	}
+	c := redis.NewClient(b.options(db))
+	b.clients[db] = c
+	return c
+}
+
+// options are the go-redis options of database db of the legacy Redis.
+func (b *Backend) options(db int) *redis.Options {
 	o := &redis.Options{
 		Addr:                  b.legacy.Addr,
 		Username:              b.legacy.Username,
@@ -199,9 +208,7 @@ func (b *Backend) client(db int) *redis.Client {
 			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: b.legacy.Host}
 		}
 	}
-	c := redis.NewClient(o)
-	b.clients[db] = c
-	return c
+	return o
 }
 
 // legacyCtx bounds one operation on the legacy Redis.
@@ -225,6 +232,7 @@ func (b *Backend) Close(ctx context.Context) error {
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
+		b.bridge.Wait()
 		b.mu.Lock()
 		for i, c := range b.clients {
 			if c != nil {

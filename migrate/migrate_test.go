@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -381,20 +382,278 @@ func TestMigrateTLS(t *testing.T) {
 	}
 }
 
-// TestMigrateType: TYPE answers as GET reads, from the inner backend, else
-// from the legacy Redis (where a direct client's hash may live); the
-// other typed commands are refused with an error that says so.
-func TestMigrateType(t *testing.T) {
+// TestMigrateTyped: reads answer from the inner backend, else from the
+// legacy Redis (where a direct client's hash may live), in the client's
+// protocol; writes reach both sides; a write of a key only the legacy
+// Redis has answers there.
+func TestMigrateTyped(t *testing.T) {
 	r := newRig(t)
 	ctx := t.Context()
 	r.c.Set(ctx, "both", "tok", 0)
-	r.legacy.HSet(ctx, "direct", "f", "v")
-	for key, want := range map[string]string{"both": "string", "direct": "hash", "none": "none"} {
+	r.legacy.HSet(ctx, "direct", "f", "v", "g", "w")
+	r.legacy.ZAdd(ctx, "dz", redis.Z{Score: 1.5, Member: "m"})
+	for key, want := range map[string]string{"both": "string", "direct": "hash", "dz": "zset", "none": "none"} {
 		if got, err := r.c.Type(ctx, key).Result(); err != nil || got != want {
 			t.Errorf("TYPE %s = %q, %v; want %s", key, got, err, want)
 		}
 	}
-	if err := r.c.HSet(ctx, "h", "f", "v").Err(); err == nil || err.Error() != "ERR lockproxy's migrating proxy serves string values only: 'hset' is not supported yet" {
-		t.Errorf("HSET while migrating: %v", err)
+	// RESP3 (go-redis's default): a map and a double, as Redis answers.
+	if got, err := r.c.HGetAll(ctx, "direct").Result(); err != nil || len(got) != 2 || got["g"] != "w" {
+		t.Errorf("HGETALL of a legacy-only hash = %v, %v", got, err)
+	}
+	if got, err := r.c.ZScore(ctx, "dz", "m").Result(); err != nil || got != 1.5 {
+		t.Errorf("ZSCORE of a legacy-only sorted set = %v, %v", got, err)
+	}
+	if err := r.c.HGet(ctx, "both", "f").Err(); err == nil || !strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		t.Errorf("HGET of a string = %v; want WRONGTYPE", err)
+	}
+	// Writes reach both sides.
+	if n, err := r.c.HSet(ctx, "h", "f", "v").Result(); err != nil || n != 1 {
+		t.Fatalf("HSET = %d, %v", n, err)
+	}
+	if v, err := r.legacy.HGet(ctx, "h", "f").Result(); err != nil || v != "v" {
+		t.Errorf("legacy HGET h f = %q, %v", v, err)
+	}
+	if v, err := r.inner.Do(ctx, 0, []string{"h"}, [][]byte{[]byte("hget"), []byte("h"), []byte("f")}); err != nil || string(v.Str) != "v" {
+		t.Errorf("inner HGET h f = %q, %v", v.Str, err)
+	}
+	// A release by ZREM of a member only the legacy Redis has: its reply.
+	if n, err := r.c.ZRem(ctx, "dz", "m").Result(); err != nil || n != 1 {
+		t.Errorf("ZREM of a legacy-only member = %d, %v; want 1", n, err)
+	}
+	if n, _ := r.legacy.Exists(ctx, "dz").Result(); n != 0 {
+		t.Error("ZREM left the legacy member")
+	}
+	if err := r.c.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.legacy.DBSize(ctx).Result(); n != 0 {
+		t.Errorf("FLUSHDB left %d keys on the legacy Redis", n)
+	}
+}
+
+// TestMigrateValueScripts: a semaphore's and a reentrant hash lock's
+// scripts are acquires on both sides: refused on the legacy Redis, the
+// inner backend is not touched; refused on the inner backend, the legacy
+// run is put back, member by member, with the others' kept.
+func TestMigrateValueScripts(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	sem := redis.NewScript(`redis.call('zremrangebyscore', KEYS[1], '-inf', tonumber(ARGV[4]) - tonumber(ARGV[3]))
+if redis.call('zcard', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('zadd', KEYS[1], ARGV[4], ARGV[2])
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  return 1
+end
+return 0`)
+	acquire := func(id string) int64 {
+		t.Helper()
+		n, err := sem.Run(ctx, r.c, []string{"sem"}, 2, id, 60000, time.Now().UnixMilli()).Int64()
+		if err != nil {
+			t.Fatalf("acquire %s: %v", id, err)
+		}
+		return n
+	}
+	innerMembers := func() []string {
+		v, err := r.inner.Do(ctx, 0, []string{"sem"}, [][]byte{[]byte("zrange"), []byte("sem"), []byte("0"), []byte("-1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range v.Elems {
+			out = append(out, string(e.Str))
+		}
+		return out
+	}
+	if acquire("a") != 1 {
+		t.Fatal("the first permit was refused")
+	}
+	if got, _ := r.legacy.ZRange(ctx, "sem", 0, -1).Result(); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("legacy members %v; want [a]", got)
+	}
+	// A direct client takes the second permit on the legacy Redis: the
+	// next acquire through lockproxy is refused there, the inner backend
+	// untouched.
+	r.legacy.ZAdd(ctx, "sem", redis.Z{Score: float64(time.Now().UnixMilli()), Member: "direct"})
+	if acquire("b") != 0 {
+		t.Error("a third permit of two was granted")
+	}
+	if got := innerMembers(); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("inner members %v after a legacy refusal; want [a]", got)
+	}
+	// The inner backend holds a permit the legacy Redis lost: granted
+	// there, refused here, put back there with the other members kept.
+	r.legacy.ZRem(ctx, "sem", "direct")
+	if _, err := r.inner.Do(ctx, 0, []string{"sem"}, [][]byte{[]byte("zadd"), []byte("sem"), []byte("1e15"), []byte("lost")}); err != nil {
+		t.Fatal(err)
+	}
+	ttl := r.legacy.PTTL(ctx, "sem").Val()
+	if acquire("c") != 0 {
+		t.Error("an acquire the inner backend refused was granted")
+	}
+	if got, _ := r.legacy.ZRange(ctx, "sem", 0, -1).Result(); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("legacy members %v after the inner refusal; want [a] (c put back, a kept)", got)
+	}
+	if got := r.legacy.PTTL(ctx, "sem").Val(); got > ttl || got < ttl-10*time.Second {
+		t.Errorf("legacy PTTL %v after the undo; want the one from before (%v)", got, ttl)
+	}
+
+	// Redisson's lock: a hash field per holder, a count for reentry.
+	rlock := redis.NewScript(`if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1);
+  redis.call('pexpire', KEYS[1], ARGV[1]);
+  return nil;
+end
+return redis.call('pttl', KEYS[1]);`)
+	lock := func(who string) (int64, error) { return rlock.Run(ctx, r.c, []string{"rl"}, 30000, who).Int64() }
+	if _, err := lock("me"); err != redis.Nil {
+		t.Fatalf("lock = %v; want nil (granted)", err)
+	}
+	if _, err := lock("me"); err != redis.Nil {
+		t.Fatalf("reentrant lock = %v; want nil (granted)", err)
+	}
+	if v, _ := r.legacy.HGet(ctx, "rl", "me").Result(); v != "2" {
+		t.Errorf("legacy count %q; want 2", v)
+	}
+	if ms, err := lock("other"); err != nil || ms <= 0 {
+		t.Errorf("another holder's lock = %d, %v; want the PTTL", ms, err)
+	}
+	// The inner backend holds another's lock the legacy Redis lost.
+	r.legacy.Del(ctx, "rl")
+	if ms, err := lock("third"); err != nil || ms <= 0 {
+		t.Errorf("a lock the inner backend refused = %d, %v; want its PTTL", ms, err)
+	}
+	if n, _ := r.legacy.Exists(ctx, "rl").Result(); n != 0 {
+		t.Error("the legacy Redis kept a lock the inner backend refused")
+	}
+
+	// Symfony's exclusive lock: its token and a "__write__" member that
+	// every writer adds. Refused on the inner backend (a release there
+	// not yet run), the legacy run is put back whole: an orphan
+	// "__write__" would refuse every writer until its TTL.
+	symfony := redis.NewScript(`if redis.call('zcount', KEYS[1], '-inf', '+inf') > 0 then return false end
+redis.call('zadd', KEYS[1], 1e15, ARGV[1])
+redis.call('zadd', KEYS[1], 1e15, '__write__')
+redis.call('pexpire', KEYS[1], 10000)
+return true`)
+	if _, err := r.inner.Do(ctx, 0, []string{"sy"}, [][]byte{[]byte("zadd"), []byte("sy"), []byte("1e15"), []byte("releasing")}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := symfony.Run(ctx, r.c, []string{"sy"}, "writer").Result(); err != redis.Nil {
+		t.Errorf("a writer the inner backend refused = %v, %v; want nil", v, err)
+	}
+	if got, _ := r.legacy.ZRange(ctx, "sy", 0, -1).Result(); len(got) != 0 {
+		t.Errorf("the legacy Redis kept %v of a write lock the inner backend refused", got)
+	}
+}
+
+// Counters live on the legacy Redis while the fleet moves (counter.go):
+// one sequence for the clients on either side, copied to the inner
+// backend (raised only by increments), and never below that copy when
+// the legacy Redis has lost the counter; errors in Redis's words.
+func TestMigrateCounter(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	ref := redis.NewClient(&redis.Options{Addr: testsrv.StartRedis(t).Addr})
+	defer ref.Close()
+	step := func(via *redis.Client, args []any, want int64) {
+		t.Helper()
+		if got, err := via.Do(ctx, args...).Int64(); err != nil || got != want {
+			t.Fatalf("%v = %d, %v; want %d", args, got, err, want)
+		}
+	}
+	step(r.c, []any{"INCR", "fence"}, 1)
+	step(r.legacy, []any{"INCR", "fence"}, 2) // a client not moved yet
+	step(r.c, []any{"INCRBY", "fence", 10}, 12)
+	if got := r.innerGet(t, "fence"); got != "12" {
+		t.Fatalf("inner copy %s; want 12", got)
+	}
+	step(r.c, []any{"DECR", "fence"}, 11)
+	step(r.c, []any{"DECRBY", "fence", 5}, 6)
+	if got := r.innerGet(t, "fence"); got != "6" {
+		t.Fatalf("inner copy after decrements %s; want 6", got)
+	}
+	step(r.c, []any{"INCRBY", "fence", 94}, 100)
+	r.legacy.Del(ctx, "fence") // the legacy Redis restarted without it
+	step(r.c, []any{"INCR", "fence"}, 101)
+	if got := r.legacyGet(t, "fence"); got != "101" {
+		t.Fatalf("legacy counter %s; want 101", got)
+	}
+
+	// Errors as Redis words them.
+	r.legacy.HSet(ctx, "h", "f", "v")
+	ref.HSet(ctx, "h", "f", "v")
+	r.legacy.Set(ctx, "s", "abc", 0)
+	ref.Set(ctx, "s", "abc", 0)
+	r.legacy.Set(ctx, "max", "9223372036854775807", 0)
+	ref.Set(ctx, "max", "9223372036854775807", 0)
+	for _, args := range [][]any{{"INCR", "h"}, {"INCR", "s"}, {"INCRBY", "n", "x"}, {"INCR", "max"}, {"DECRBY", "n", "-9223372036854775808"}} {
+		_, want := ref.Do(ctx, args...).Result()
+		_, got := r.c.Do(ctx, args...).Result()
+		if want == nil || got == nil || got.Error() != want.Error() {
+			t.Errorf("%v: %v; Redis says %v", args, got, want)
+		}
+	}
+
+	// A legacy Redis that is down fails the command.
+	r.redis.Kill()
+	if err := r.c.Incr(ctx, "fence").Err(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN migrate") {
+		t.Fatalf("INCR with the legacy Redis down: %v; want TRYAGAIN migrate", err)
+	}
+}
+
+// What a client still on the legacy Redis publishes (its release's
+// wake-up) reaches lockproxy's subscribers, also after the legacy Redis
+// restarted; a script's PUBLISH through lockproxy reaches them from the
+// inner backend (and again from the legacy Redis: pubsub.go says why).
+func TestMigratePubSubBridge(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	sub := r.c.Subscribe(ctx, "wake")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect := func(what, want string) {
+		t.Helper()
+		m, err := sub.ReceiveTimeout(ctx, 3*time.Second)
+		if msg, ok := m.(*redis.Message); err != nil || !ok || msg.Payload != want {
+			t.Fatalf("after %s: %v, %v; want the message %q", what, m, err, want)
+		}
+	}
+	// publish publishes msg on the legacy Redis until a subscriber (the
+	// bridge, on its own connection) hears it.
+	publish := func(msg string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if n, _ := r.legacy.Publish(ctx, "wake", msg).Result(); n > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no bridge subscribed on the legacy Redis to hear %q", msg)
+			}
+			time.Sleep(20 * time.Millisecond) // the bridge's subscription, or its backoff
+		}
+	}
+	publish("direct")
+	expect("a PUBLISH on the legacy Redis", "direct")
+
+	if err := r.c.Eval(ctx, "redis.call('publish', KEYS[1], ARGV[1])", []string{"wake"}, "scripted").Err(); err != redis.Nil {
+		t.Fatalf("EVAL: %v", err)
+	}
+	expect("a script's PUBLISH through lockproxy", "scripted")
+
+	r.redis.Restart()
+	publish("after restart")
+	for {
+		m, err := sub.ReceiveTimeout(ctx, 3*time.Second)
+		if err != nil {
+			t.Fatalf("waiting for the message after the restart: %v", err)
+		}
+		if msg, ok := m.(*redis.Message); ok && msg.Payload == "after restart" {
+			return
+		}
+		// "scripted" again (the legacy side's copy) or a rewake's
+		// repetition of the last message: spurious wake-ups.
 	}
 }

@@ -1,189 +1,103 @@
 package migrate
 
 import (
-	"bytes"
 	"context"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
-	"github.com/lockproxy/lockproxy/keycmd"
+	"github.com/lockproxy/lockproxy/backend/model"
 )
 
 // sandbox is a key space that starts empty and lives for one script run:
-// running a script on it tells which keys the script reads or writes and
-// which it creates from nothing (an acquire creates its lock key from an
-// empty key space; a release, an extend or a reacquire creates none). It
-// keeps what the script wrote, so the script's later reads see it as they
-// would on Redis; expiry is kept as "has one" and never elapses during the
-// run. Not safe for concurrent use (one script run at a time).
+// running a script on it tells which keys the script names and what it
+// creates from nothing (an acquire creates its lock key, its hash field or
+// its sorted-set member from an empty key space; a release, an extend or
+// a reacquire creates none). It is the lock model (backend/model) at a
+// stopped clock, so every command a backend serves runs there with
+// Redis's rules, and a TTL never elapses during the run. Not safe for
+// concurrent use (one script run at a time).
 type sandbox struct {
+	model.View
 	db      int // the script's database: only its keys are watched
-	keys    map[string]sandboxEntry
+	space   model.Space
 	touched []string // keys of db the script named, first use first
 }
 
-type sandboxEntry struct {
-	val     []byte
-	expires bool
-}
-
-var _ backend.KeySpace = (*sandbox)(nil)
-
-func newSandbox(db int) *sandbox { return &sandbox{db: db, keys: map[string]sandboxEntry{}} }
-
-// name builds the map key of key in db, recording key as touched.
-func (s *sandbox) name(db int, key string) string {
-	if db == s.db {
-		if !slices.Contains(s.touched, key) {
-			s.touched = append(s.touched, key)
+func newSandbox(db int) *sandbox {
+	s := &sandbox{db: db}
+	s.Now = time.Now().UnixMilli()
+	s.Spaces = []*model.Space{&s.space}
+	s.Admit = func(db int, key string) error {
+		if db == s.db {
+			s.name(key)
 		}
-		return key
+		return nil
 	}
-	return "\x00" + strconv.Itoa(db) + "\x00" + key // another database's key, not watched
+	return s
 }
 
-// created returns the keys of the script's database that hold a value
-// after the run, with that value: the keys the script creates from an
-// empty key space.
-func (s *sandbox) created() map[string][]byte {
-	out := map[string][]byte{}
+// name records key of the script's database as touched.
+func (s *sandbox) name(key string) {
+	if !slices.Contains(s.touched, key) {
+		s.touched = append(s.touched, key)
+	}
+}
+
+// The kinds of element a script can create (element.kind).
+const (
+	elemString = 's' // a string key holding a token (name is empty)
+	elemField  = 'h' // a hash's field
+	elemMember = 'z' // a sorted set's member
+	elemSetMem = 'S' // a set's member
+)
+
+// element is one thing a script creates from nothing: a string key with
+// its token, or a hash field, sorted-set member or set member. A side
+// holds it when the string holds that token, or when the field or member
+// is there, whatever its value: a reentrant lock's HINCRBY changes the
+// value, and a semaphore's score is a time. Field and member names are
+// what lock libraries make per client (Redisson's client id and thread,
+// a semaphore's identifier), as tokens are.
+type element struct {
+	key  string
+	kind byte
+	name string // the field or member
+	tok  string // the string's token
+}
+
+// created lists what the run left in the script's database, key by key
+// in the order the script named them: the elements it creates from an
+// empty key space. A list is not one: lock libraries push to lists to
+// signal, not to hold.
+func (s *sandbox) created(ctx context.Context) []element {
+	var out []element
 	for _, k := range s.touched {
-		if e, ok := s.keys[k]; ok {
-			out[k] = e.val
+		e, o, ok := s.space.Lookup(s.db, k, s.Now)
+		switch {
+		case !ok:
+		case o == nil:
+			out = append(out, element{key: k, kind: elemString, tok: string(e.Token)})
+		case o.Type() == "hash":
+			fields, _ := o.(*model.Hash).Fields()
+			for _, f := range fields {
+				out = append(out, element{key: k, kind: elemField, name: f})
+			}
+		case o.Type() == "set":
+			for _, m := range o.(*model.Set).Members() {
+				out = append(out, element{key: k, kind: elemSetMem, name: m})
+			}
+		case o.Type() == "zset":
+			v, err := s.Do(ctx, s.db, []string{k}, [][]byte{[]byte("zrange"), []byte(k), []byte("0"), []byte("-1")})
+			if err != nil {
+				continue
+			}
+			for _, m := range v.Elems {
+				out = append(out, element{key: k, kind: elemMember, name: string(m.Str)})
+			}
 		}
 	}
 	return out
 }
 
-func (s *sandbox) Set(_ context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
-	k := s.name(db, key)
-	cur, live := s.keys[k]
-	ok := false
-	switch o.Cond {
-	case backend.Always:
-		ok = true
-	case backend.IfAbsent:
-		ok = !live
-	case backend.IfPresent:
-		ok = live
-	case backend.IfEqual:
-		ok = live && bytes.Equal(cur.val, o.Match)
-	case backend.IfNotEqual:
-		ok = !live || !bytes.Equal(cur.val, o.Match)
-	}
-	res := backend.SetResult{Written: ok, HadPrev: live, Prev: cur.val}
-	if !ok {
-		return res, nil
-	}
-	if !o.Expiry.At.IsZero() && !o.Expiry.At.After(time.Now()) {
-		delete(s.keys, k)
-		return res, nil
-	}
-	expires := !o.Expiry.IsZero() || (o.KeepTTL && cur.expires)
-	s.keys[k] = sandboxEntry{val: token, expires: expires}
-	return res, nil
-}
-
-func (s *sandbox) Get(_ context.Context, db int, key string) ([]byte, bool, error) {
-	e, ok := s.keys[s.name(db, key)]
-	return e.val, ok, nil
-}
-
-func (s *sandbox) Del(_ context.Context, db int, keys []string) (int64, error) {
-	var n int64
-	for _, key := range keys {
-		k := s.name(db, key)
-		if _, ok := s.keys[k]; ok {
-			delete(s.keys, k)
-			n++
-		}
-	}
-	return n, nil
-}
-
-func (s *sandbox) DelIf(_ context.Context, db int, key string, cond backend.Cond, match []byte) (bool, error) {
-	k := s.name(db, key)
-	e, ok := s.keys[k]
-	if !ok || bytes.Equal(e.val, match) != (cond == backend.IfEqual) {
-		return false, nil
-	}
-	delete(s.keys, k)
-	return true, nil
-}
-
-func (s *sandbox) Exists(_ context.Context, db int, keys []string) (int64, error) {
-	var n int64
-	for _, key := range keys {
-		if _, ok := s.keys[s.name(db, key)]; ok {
-			n++
-		}
-	}
-	return n, nil
-}
-
-func (s *sandbox) PTTL(_ context.Context, db int, key string) (int64, error) {
-	e, ok := s.keys[s.name(db, key)]
-	switch {
-	case !ok:
-		return -2, nil
-	case !e.expires:
-		return -1, nil
-	}
-	return 1000, nil // some time left: the run never lets it elapse
-}
-
-func (s *sandbox) Expire(_ context.Context, db int, key string, e backend.Expiry, cond backend.ExpireCond) (bool, error) {
-	k := s.name(db, key)
-	cur, ok := s.keys[k]
-	if !ok || (cond == backend.ExpireNX && cur.expires) || ((cond == backend.ExpireXX || cond == backend.ExpireLTXX) && !cur.expires) {
-		return false, nil
-	}
-	if !e.At.IsZero() && !e.At.After(time.Now()) {
-		delete(s.keys, k)
-		return true, nil
-	}
-	cur.expires = true
-	s.keys[k] = cur
-	return true, nil
-}
-
-func (s *sandbox) Persist(_ context.Context, db int, key string) (bool, error) {
-	k := s.name(db, key)
-	cur, ok := s.keys[k]
-	if !ok || !cur.expires {
-		return false, nil
-	}
-	cur.expires = false
-	s.keys[k] = cur
-	return true, nil
-}
-
-func (s *sandbox) MSet(_ context.Context, db int, pairs []backend.KV, nx bool) (bool, error) {
-	if nx {
-		for _, p := range pairs {
-			if _, ok := s.keys[s.name(db, p.Key)]; ok {
-				return false, nil
-			}
-		}
-	}
-	for _, p := range pairs {
-		s.keys[s.name(db, p.Key)] = sandboxEntry{val: p.Value}
-	}
-	return true, nil
-}
-
-func (s *sandbox) DBSize(_ context.Context, db int) (int64, error) {
-	if db != s.db {
-		return 0, nil
-	}
-	return int64(len(s.created())), nil
-}
-
-// Do implements backend.KeySpace: never reached, as the migrating proxy
-// refuses these commands, in scripts too (Backend.Eval).
-func (s *sandbox) Do(_ context.Context, _ int, _ []string, args [][]byte) (backend.Value, error) {
-	return backend.Value{}, backend.Reply(keycmd.NotServedHereMsg(strings.ToLower(string(args[0])), "migrating proxy"))
-}
+var _ backend.KeySpace = (*sandbox)(nil)
