@@ -16,14 +16,15 @@ import (
 // for the libraries that wait on a signal list (python-redis-lock). The
 // pop itself is the backend's LPOP or RPOP; when every key is empty the
 // connection blocks (its later commands wait, as in Redis) until a write
-// of one of its keys through this instance wakes it, CLIENT UNBLOCK, or
-// the timeout. A push through another instance sharing the backend wakes
-// it within blockPoll, when it looks again by itself. Several clients
+// of one of its keys wakes it (through this instance, or through another
+// sharing the backend: tracking_remote.go), CLIENT UNBLOCK, or the
+// timeout; it also looks again every blockPoll by itself, which covers a
+// wake-up lost between instances. Several clients
 // blocked on one key race for a pushed value: the first pop wins, not
 // necessarily the first blocked (Redis serves them in order).
 
 // blockPoll is how often a blocked client looks at its keys without a
-// wake-up: for pushes through other instances.
+// wake-up.
 const blockPoll = 250 * time.Millisecond
 
 // blockers is the instance's blocked clients, by database and key.
@@ -132,48 +133,132 @@ func parseBlockTimeout(arg []byte) (time.Duration, string) {
 	return time.Duration(f * float64(time.Second)), ""
 }
 
-// blockingPop reports whether name is BLPOP or BRPOP, cheaply: the event
-// loop asks it of every command.
+// blockingPop reports whether name is BLPOP, BRPOP, BLMOVE or BRPOPLPUSH,
+// cheaply: the event loop asks it of every command.
 func blockingPop(name []byte) bool {
-	return len(name) == 5 && name[0]|0x20 == 'b' && (lower(name) == "blpop" || lower(name) == "brpop")
+	switch len(name) {
+	case 5:
+		return name[0]|0x20 == 'b' && (lower(name) == "blpop" || lower(name) == "brpop")
+	case 6:
+		return name[0]|0x20 == 'b' && lower(name) == "blmove"
+	case 8:
+		return name[0]|0x20 == 'b' && (lower(name) == "bzpopmin" || lower(name) == "bzpopmax")
+	case 10:
+		return name[0]|0x20 == 'b' && lower(name) == "brpoplpush"
+	}
+	return false
 }
 
 func cmdBLPop(cl *client, args [][]byte) backend.Value { return cl.blockingPop(args, "lpop") }
 func cmdBRPop(cl *client, args [][]byte) backend.Value { return cl.blockingPop(args, "rpop") }
 
+// cmdBLMove is BLMOVE src dst LEFT|RIGHT LEFT|RIGHT timeout: LMOVE's
+// reply, blocking while src is empty (the sides are checked first, as
+// Redis does).
+func cmdBLMove(cl *client, args [][]byte) backend.Value {
+	for _, side := range args[3:5] {
+		if s := lower(side); s != "left" && s != "right" {
+			return backend.ErrorValue(backend.MsgSyntax)
+		}
+	}
+	return cl.blockingMove(append([][]byte{[]byte("lmove")}, args[1:5]...), args[5])
+}
+
+// cmdBRPopLPush is BRPOPLPUSH src dst timeout: BLMOVE src dst RIGHT LEFT.
+func cmdBRPopLPush(cl *client, args [][]byte) backend.Value {
+	return cl.blockingMove([][]byte{[]byte("rpoplpush"), args[1], args[2]}, args[3])
+}
+
+// blockingMove runs move (LMOVE or RPOPLPUSH) until it moves a value, or
+// its timeout passes (a null array, as Redis answers).
+func (cl *client) blockingMove(move [][]byte, timeoutArg []byte) backend.Value {
+	timeout, bad := parseBlockTimeout(timeoutArg)
+	if bad != "" {
+		return backend.ErrorValue(bad)
+	}
+	kc := keycmd.Lookup(move[0])
+	return cl.blockUntil("b"+string(move[0]), move[1:2], timeout, func() (backend.Value, bool) {
+		ctx, cancel := cl.commandCtx()
+		v, err := kc.Exec(ctx, cl.store(), cl.db, move)
+		cancel()
+		switch {
+		case err != nil:
+			return cl.errorValue(string(move[0]), err), true
+		case v.Kind == backend.KindBulk:
+			cl.touched(kc, move) // it wrote both lists
+			return v, true
+		}
+		return v, v.Kind == backend.KindError
+	})
+}
+
 // blockingPop is BLPOP (pop "lpop") and BRPOP (pop "rpop"): [key, value]
 // of the first key, in order, with a value; or, after the timeout, a
 // null array.
 func (cl *client) blockingPop(args [][]byte, pop string) backend.Value {
+	return cl.blockingFirst(args, pop, func(k []byte, v backend.Value) (backend.Value, bool) {
+		if v.Kind != backend.KindBulk {
+			return v, false
+		}
+		return backend.Array(backend.Bulk(k), v), true
+	})
+}
+
+func cmdBZPopMin(cl *client, args [][]byte) backend.Value { return cl.blockingZPop(args, "zpopmin") }
+func cmdBZPopMax(cl *client, args [][]byte) backend.Value { return cl.blockingZPop(args, "zpopmax") }
+
+// blockingZPop is BZPOPMIN (pop "zpopmin") and BZPOPMAX (pop "zpopmax"):
+// [key, member, score] of the first key, in order, with a member; or,
+// after the timeout, a null array.
+func (cl *client) blockingZPop(args [][]byte, pop string) backend.Value {
+	return cl.blockingFirst(args, pop, func(k []byte, v backend.Value) (backend.Value, bool) {
+		if v.Kind != backend.KindArray || len(v.Elems) != 2 {
+			return v, false
+		}
+		return backend.Array(backend.Bulk(k), v.Elems[0], v.Elems[1]), true
+	})
+}
+
+// blockingFirst runs pop on each key of args (KEY … TIMEOUT) in order
+// until one's reply is a hit (got's ok: the client's reply), blocking
+// between rounds until the timeout (blockUntil): BLPOP's and BZPOPMIN's
+// shape.
+func (cl *client) blockingFirst(args [][]byte, pop string, got func(k []byte, v backend.Value) (backend.Value, bool)) backend.Value {
 	timeout, bad := parseBlockTimeout(args[len(args)-1])
 	if bad != "" {
 		return backend.ErrorValue(bad)
 	}
 	keys := args[1 : len(args)-1]
 	kc := keycmd.Lookup([]byte(pop))
-	try := func() (backend.Value, bool) {
+	return cl.blockUntil("b"+pop, keys, timeout, func() (backend.Value, bool) {
 		for _, k := range keys {
 			ctx, cancel := cl.commandCtx()
 			popArgs := [][]byte{[]byte(pop), k}
 			v, err := kc.Exec(ctx, cl.store(), cl.db, popArgs)
 			cancel()
-			switch {
-			case err != nil:
+			if err != nil {
 				return cl.errorValue(pop, err), true
-			case v.Kind == backend.KindBulk:
-				cl.touched(kc, popArgs) // the pop wrote the list
-				return backend.Array(backend.Bulk(k), v), true
-			case v.Kind == backend.KindError:
+			}
+			if v.Kind == backend.KindError {
 				return v, true
 			}
+			if reply, ok := got(k, v); ok {
+				cl.touched(kc, popArgs) // the pop wrote the key
+				return reply, true
+			}
 		}
-		return backend.Value{}, false
-	}
+		return backend.Value{Kind: backend.KindNilArray}, false
+	})
+}
+
+// blockUntil runs command name's try until it answers (ok), blocked on
+// keys between tries, or until the timeout (0: for ever), CLIENT UNBLOCK
+// or the connection's end. Inside MULTI nothing blocks: the reply is what
+// a try that did not answer returned (a null array for BLPOP, LMOVE's nil
+// for BLMOVE, as Redis answers inside a transaction).
+func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, try func() (backend.Value, bool)) backend.Value {
 	if v, ok := try(); ok || cl.inMulti || cl.inExec {
-		if !ok {
-			return backend.Value{Kind: backend.KindNilArray} // inside MULTI nothing blocks
-		}
-		return v
+		return v // inside MULTI nothing blocks: the try's own "nothing"
 	}
 	b, done := cl.s.blockers.block(cl, keys)
 	defer done()
@@ -190,12 +275,12 @@ func (cl *client) blockingPop(args [][]byte, pop string) backend.Value {
 		case <-b.wake:
 		case <-poll.C:
 			if cl.s.drain.Load() {
-				return cl.errorValue(pop, context.Canceled) // a drain does not wait for it
+				return cl.errorValue(name, context.Canceled) // a drain does not wait for it
 			}
 		case <-end:
 			return backend.Value{Kind: backend.KindNilArray}
 		case <-cl.ctx.Done():
-			return cl.errorValue(pop, context.Canceled)
+			return cl.errorValue(name, context.Canceled)
 		}
 		switch b.cause.Load() {
 		case unblockTimeout:

@@ -168,11 +168,12 @@ func (cl *client) script(sha []byte) (backend.Script, bool) {
 func (cl *client) eval(name string, sc backend.Script, keys []string, argv [][]byte, ro bool) backend.Value {
 	ctx, cancel := cl.commandCtx()
 	defer cancel()
+	pre := cl.trackBefore(keys) // a failed script leaves them tracked: a spurious invalidation later, at worst
 	v, err := cl.store().Eval(ctx, cl.db, sc, keys, argv, ro)
 	if err != nil {
 		return cl.errorValue(name, err)
 	}
-	cl.touchedScript(keys, ro)
+	cl.touchedScript(keys, ro, pre)
 	return v
 }
 

@@ -229,7 +229,8 @@ func init() {
 		{"script", -2, cmdScript}, {"multi", 1, cmdMulti}, {"exec", 1, cmdExec}, {"discard", 1, cmdDiscard},
 		{"subscribe", -2, cmdSubscribe}, {"psubscribe", -2, cmdPSubscribe}, {"unsubscribe", -1, cmdUnsubscribe},
 		{"punsubscribe", -1, cmdPUnsubscribe}, {"publish", 3, cmdPublish}, {"pubsub", -2, cmdPubsub},
-		{"blpop", -3, cmdBLPop}, {"brpop", -3, cmdBRPop},
+		{"blpop", -3, cmdBLPop}, {"brpop", -3, cmdBRPop}, {"blmove", 6, cmdBLMove}, {"brpoplpush", 4, cmdBRPopLPush},
+		{"bzpopmin", -3, cmdBZPopMin}, {"bzpopmax", -3, cmdBZPopMax},
 	} {
 		commands[c.name] = &c
 	}

@@ -32,13 +32,16 @@
 //     subscriber before the reply to its SUBSCRIBE, a script's messages go
 //     out after the script, a subscriber past the pubsub output limits is
 //     closed; a backend.Bus carries PUBLISH to the other instances.
-//   - Client-side caching (tracking.go): every write through this instance
-//     of a key a client tracks sends it an invalidation; a spurious one is
-//     possible, a missed one is not (expiry and other instances' writes
-//     aside: docs/pubsub.md).
-//   - BLPOP/BRPOP (blocking.go) block their connection, never a loop, until
-//     a write of their keys here wakes them, CLIENT UNBLOCK, the timeout,
-//     or (for other instances' pushes) their own look every 250 ms.
+//   - Client-side caching (tracking.go): every write of a key a client
+//     tracks sends it an invalidation, through this instance or (over the
+//     Bus, while this one says it tracks: tracking_remote.go) another; a
+//     spurious one is possible, a missed one is not (expiry aside:
+//     docs/pubsub.md).
+//   - BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN|MAX (blocking.go) block
+//     their connection, never a loop, until a write of their keys wakes
+//     them (here, or another instance's by the same way as
+//     invalidations), CLIENT UNBLOCK, the timeout, or their own look
+//     every 250 ms.
 //   - A panic while serving a command answers "-ERR internal error", is
 //     logged with its stack, and closes that connection only.
 //   - Shutdown stops accepting, lets every command already received finish

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -41,10 +43,71 @@ type broker struct {
 	mu       sync.RWMutex
 	channels map[string]map[*client]struct{}
 	patterns map[string]map[*client]struct{}
+
+	// The last distinct messages published on each channel (here or on
+	// another instance), for Rewake: up to rewakeKeep per channel,
+	// rewakeChannels channels (then it starts over).
+	recentMu sync.Mutex
+	recent   map[string][][]byte
+
+	// Set by the Server before serving: internal receives the Bus's
+	// internal channels (tracking_remote.go), lost runs on Rewake.
+	internal func(channel, msg []byte)
+	lost     func()
 }
 
+const (
+	rewakeKeep     = 16
+	rewakeChannels = 4096
+)
+
 func newBroker() *broker {
-	return &broker{channels: map[string]map[*client]struct{}{}, patterns: map[string]map[*client]struct{}{}}
+	return &broker{channels: map[string]map[*client]struct{}{}, patterns: map[string]map[*client]struct{}{}, recent: map[string][][]byte{}}
+}
+
+// remember keeps msg among channel's last messages (Rewake).
+func (br *broker) remember(channel, msg []byte) {
+	br.recentMu.Lock()
+	defer br.recentMu.Unlock()
+	ms := br.recent[string(channel)]
+	for i, m := range ms {
+		if bytes.Equal(m, msg) {
+			ms = append(ms[:i], ms[i+1:]...) // it moves to the end
+			break
+		}
+	}
+	if len(ms) == rewakeKeep {
+		ms = ms[1:]
+	}
+	if ms == nil && len(br.recent) >= rewakeChannels {
+		clear(br.recent)
+	}
+	br.recent[string(channel)] = append(ms, bytes.Clone(msg))
+}
+
+// Rewake implements backend.Hub: each channel's last messages go again to
+// whoever now subscribes to it (or to a pattern matching it), oldest
+// first; a channel nobody hears any more is forgotten. A waiter woken for
+// nothing looks at its lock and waits again: each library of
+// docs/pubsub.md does.
+func (br *broker) Rewake() {
+	if br.lost != nil {
+		br.lost()
+	}
+	br.recentMu.Lock()
+	recent := maps.Clone(br.recent)
+	br.recentMu.Unlock()
+	for channel, ms := range recent {
+		if br.Receivers([]byte(channel)) == 0 {
+			br.recentMu.Lock()
+			delete(br.recent, channel)
+			br.recentMu.Unlock()
+			continue
+		}
+		for _, m := range ms {
+			br.deliver([]byte(channel), m)
+		}
+	}
 }
 
 // subs is one client's subscriptions; they belong to whoever runs its
@@ -219,8 +282,26 @@ func (br *broker) deliver(channel, msg []byte) int64 {
 
 var _ backend.Hub = (*broker)(nil)
 
-// Deliver implements backend.Hub.
-func (br *broker) Deliver(channel, msg []byte) int64 { return br.deliver(channel, msg) }
+// Deliver implements backend.Hub. A message on an internal channel of the
+// instances (tracking_remote.go) is theirs, not the subscribers'.
+func (br *broker) Deliver(channel, msg []byte) int64 {
+	if bytes.HasPrefix(channel, []byte(internalPrefix)) {
+		if br.internal != nil {
+			br.internal(channel, msg)
+		}
+		return 0
+	}
+	return br.publish(channel, msg)
+}
+
+// publish delivers a message published through this instance or another
+// and remembers it (Rewake), heard or not: a waiter that subscribes after
+// it, and whose own wake-up is then lost, gets it again.
+func (br *broker) publish(channel, msg []byte) int64 {
+	n := br.deliver(channel, msg)
+	br.remember(channel, msg)
+	return n
+}
 
 // Receivers implements backend.Hub: who a message on channel would reach
 // now.
@@ -358,7 +439,7 @@ func cmdPublish(cl *client, args [][]byte) backend.Value {
 			return cl.errorValue("publish", err)
 		}
 	}
-	return backend.Int(cl.s.broker.deliver(args[1], args[2]))
+	return backend.Int(cl.s.broker.publish(args[1], args[2]))
 }
 
 // cmdPubsub is PUBSUB CHANNELS [pattern], NUMSUB [channel …], NUMPAT.

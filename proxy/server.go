@@ -117,6 +117,7 @@ type Server struct {
 	scripts  *scriptCache
 	broker   *broker  // this instance's pub/sub subscribers (pubsub.go)
 	tracker  *tracker // CLIENT TRACKING's table (tracking.go)
+	remote   *remote  // invalidations to and from the other instances (tracking_remote.go)
 	blockers blockers // clients blocked in BLPOP/BRPOP (blocking.go)
 	started  time.Time
 	metrics  *metrics // nil without a Registerer
@@ -154,6 +155,9 @@ func New(cfg Config, b backend.Backend) *Server {
 	if cfg.Registerer != nil {
 		s.metrics = newMetrics(cfg.Registerer, s)
 	}
+	s.remote = newRemote(s, b)
+	s.broker.internal, s.broker.lost = s.remote.receive, func() { s.tracker.invalidate(nil, nil) }
+	s.tracker.first = s.remote.tracks
 	if p, ok := b.(backend.Publisher); ok {
 		p.SetHub(s.broker) // its scripts' PUBLISH reach this instance's subscribers
 	}
@@ -231,6 +235,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if dl != nil {
 		dl.release() // redcon's accept loop ends and closes what is left
 	}
+	s.remote.close()
 	return err
 }
 

@@ -23,13 +23,15 @@ import (
 // a message on __redis__:invalidate for a client subscribed to it that
 // another redirects to (RESP2).
 //
-// Not covered: a key that expires (the caches that lockproxy's clients
-// keep expire it by its PTTL: rueidis reads it with the value), and writes
-// through another lockproxy instance sharing the backend.
+// A write through another lockproxy instance sharing the backend comes
+// over its Bus (tracking_remote.go). Not covered: a key that expires (the
+// caches that lockproxy's clients keep expire it by its PTTL: rueidis
+// reads it with the value).
 
 // tracker is the instance's tracking table.
 type tracker struct {
 	active atomic.Int32 // clients tracking: none, and a command skips the table
+	first  func()       // runs when the first client starts tracking (remote.tracks)
 	mu     sync.Mutex
 	keys   map[string]map[*client]struct{}
 	bcast  map[*client][][]byte // BCAST clients and their prefixes ("" for all)
@@ -168,8 +170,8 @@ func cmdClientCaching(cl *client, args [][]byte) backend.Value {
 func (tr *tracker) enable(cl *client, t tracking, prefixes [][]byte) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if !cl.trackShared.on {
-		tr.active.Add(1)
+	if !cl.trackShared.on && tr.active.Add(1) == 1 && tr.first != nil {
+		tr.first()
 	}
 	cl.trackShared = t
 	if t.bcast {
@@ -190,21 +192,36 @@ func (tr *tracker) disable(cl *client) {
 
 // read remembers that cl read keys, when its mode says so.
 func (cl *client) trackRead(keys [][]byte) {
-	t := &cl.track
-	if !t.on || t.bcast || len(keys) == 0 || (t.optin && t.caching != 1) || (t.optout && t.caching == -1) {
+	if !cl.tracksReads() || len(keys) == 0 {
 		return
 	}
 	tr := cl.s.tracker
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	tr.add(cl, keys)
+}
+
+// tracksReads reports whether cl's mode tracks the keys its command reads.
+func (cl *client) tracksReads() bool {
+	t := &cl.track
+	return t.on && !t.bcast && !(t.optin && t.caching != 1) && !(t.optout && t.caching == -1)
+}
+
+// add remembers that cl read keys and reports those it had not read
+// since their last invalidation. Under tr.mu.
+func (tr *tracker) add(cl *client, keys [][]byte) (added [][]byte) {
 	for _, k := range keys {
 		set := tr.keys[string(k)]
 		if set == nil {
 			set = map[*client]struct{}{}
 			tr.keys[string(k)] = set
 		}
-		set[cl] = struct{}{}
+		if _, ok := set[cl]; !ok {
+			set[cl] = struct{}{}
+			added = append(added, k)
+		}
 	}
+	return added
 }
 
 // afterCommand ends CLIENT CACHING's one command (inside MULTI it lasts
@@ -224,6 +241,11 @@ func (cl *client) afterCommand(name string) {
 func (tr *tracker) invalidate(keys [][]byte, writer *client) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	tr.invalidateLocked(keys, writer)
+}
+
+// invalidateLocked is invalidate under tr.mu.
+func (tr *tracker) invalidateLocked(keys [][]byte, writer *client) {
 	if len(tr.keys) == 0 && len(tr.bcast) == 0 {
 		return
 	}
@@ -348,23 +370,52 @@ func (cl *client) getRedir() backend.Value {
 // (blocking.go). With nobody tracking or blocked, a command pays two
 // atomic loads.
 func (cl *client) touched(kc *keycmd.Command, args [][]byte) {
-	tr, bs := cl.s.tracker, &cl.s.blockers
+	tr, bs, rm := cl.s.tracker, &cl.s.blockers, cl.s.remote
 	tracking := tr.active.Load() > 0
-	if !tracking && (!kc.Write || bs.n.Load() == 0) {
+	remote := kc.Write && rm.bus != nil && rm.wanted()
+	if !tracking && !remote && (!kc.Write || bs.n.Load() == 0) {
 		return
 	}
 	switch {
 	case kc.Name == "flushdb" || kc.Name == "flushall":
 		tr.invalidate(nil, cl)
+		if remote {
+			rm.wrote(cl.db, nil)
+		}
 	case kc.Write:
 		keys := kc.Keys(args)
 		if tracking {
 			tr.invalidate(keys, cl)
 		}
 		bs.woken(cl.db, keys)
+		if remote {
+			rm.wrote(cl.db, keys)
+		}
 	default:
 		cl.trackRead(kc.Keys(args))
 	}
+}
+
+// trackBefore starts tracking a script's declared keys for the caller
+// before the script runs, and returns those it was not tracking yet (for
+// touchedScript). Tracked only after, as it was, the keys a script reads
+// (rueidislock's acquire reads back its key to be told of the release)
+// left a window: a release between the script's read and the tracking
+// sent its invalidation to nobody, and rueidislock, which waits for the
+// invalidation alone, waited for ever (found by the full suite, once in
+// about seventy runs of TestRueidis).
+func (cl *client) trackBefore(keys []string) [][]byte {
+	tr := cl.s.tracker
+	if len(keys) == 0 || tr.active.Load() == 0 || !cl.tracksReads() {
+		return nil
+	}
+	bk := make([][]byte, len(keys))
+	for i, k := range keys {
+		bk[i] = []byte(k)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.add(cl, bk)
 }
 
 // touchedScript is touched for a script: its declared keys are what it
@@ -372,11 +423,17 @@ func (cl *client) touched(kc *keycmd.Command, args [][]byte) {
 // invalidated for the others, wake the clients blocked on them, and are
 // tracked for the caller (rueidislock's acquire script reads back the key
 // it set, for exactly that), which may track a key it did not read — a
-// spurious invalidation later, never a missed one.
-func (cl *client) touchedScript(keys []string, ro bool) {
-	tr, bs := cl.s.tracker, &cl.s.blockers
+// spurious invalidation later, never a missed one. pre are the keys
+// trackBefore started tracking for this run: the caller holds no cached
+// value of them, so its own write does not invalidate them for it (it
+// would wake a waiting rueidislock to try again at once, and again). The
+// caller's tracking is renewed in the same hold of the table as the
+// invalidation: a write between them would be missed.
+func (cl *client) touchedScript(keys []string, ro bool, pre [][]byte) {
+	tr, bs, rm := cl.s.tracker, &cl.s.blockers, cl.s.remote
 	tracking := tr.active.Load() > 0
-	if len(keys) == 0 || !tracking && (ro || bs.n.Load() == 0) {
+	remote := !ro && rm.bus != nil && rm.wanted()
+	if len(keys) == 0 || !tracking && !remote && (ro || bs.n.Load() == 0) {
 		return
 	}
 	bk := make([][]byte, len(keys))
@@ -384,10 +441,28 @@ func (cl *client) touchedScript(keys []string, ro bool) {
 		bk[i] = []byte(k)
 	}
 	if !ro {
-		if tracking {
-			tr.invalidate(bk, cl)
-		}
 		bs.woken(cl.db, bk)
+		if remote {
+			rm.wrote(cl.db, bk)
+		}
 	}
-	cl.trackRead(bk)
+	if !tracking {
+		return
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, k := range pre {
+		if set := tr.keys[string(k)]; set != nil {
+			delete(set, cl)
+			if len(set) == 0 {
+				delete(tr.keys, string(k))
+			}
+		}
+	}
+	if !ro {
+		tr.invalidateLocked(bk, cl)
+	}
+	if cl.tracksReads() {
+		tr.add(cl, bk)
+	}
 }
