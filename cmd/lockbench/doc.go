@@ -8,6 +8,11 @@
 //
 //	lockbench -addr 127.0.0.1:6380 -compare 127.0.0.1:6379 -clients 50 -duration 10s
 //
+// -client lean (or lean-eval, releasing by EVAL) drives the same cycle
+// with lockbench's own RESP client, one connection per client and
+// -pipeline acquires in flight each: a load that costs the machine little
+// CPU per cycle, so that the servers, not the load, set the pace.
+//
 // An address "redsync:HOST:PORT,HOST:PORT,…" measures client-side Redlock
 // (go-redsync/redsync v4, one try per acquire) over those nodes instead,
 // the baseline of the quorum backend.

@@ -28,6 +28,7 @@ type config struct {
 	addr, compare, password string
 	client                  string
 	clients, keys, resp     int
+	pipeline                int
 	duration, ttl           time.Duration
 	json                    bool
 }
@@ -66,7 +67,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:6380", "address to measure")
 	fs.StringVar(&c.compare, "compare", "", "a second address to measure right after: a real redis-server, redsync:N1,N2,N3 (client-side Redlock), pgx:DSN (raw advisory-lock loop) or pgx-lease:DSN (raw lease-table loop)")
 	fs.StringVar(&c.password, "password", "", "AUTH password")
-	fs.StringVar(&c.client, "client", "go-redis", "the lock client on a Redis address: go-redis (SET NX PX, release by EVALSHA) or redislock (bsm/redislock's Obtain and Release, its own scripts)")
+	fs.StringVar(&c.client, "client", "go-redis", "the lock client on a Redis address: go-redis (SET NX PX, release by EVALSHA), redislock (bsm/redislock's Obtain and Release, its own scripts), lean (SET NX PX and EVALSHA on lockbench's own RESP client: a cheap load) or lean-eval (the same with EVAL)")
+	fs.IntVar(&c.pipeline, "pipeline", 1, "lean: acquires each client sends at once (then their releases at once)")
 	fs.IntVar(&c.clients, "clients", 50, "concurrent clients, one connection each")
 	fs.IntVar(&c.keys, "keys", 0, "distinct lock keys shared by all clients (0: one key per client, no contention)")
 	fs.IntVar(&c.resp, "resp", 2, "protocol: 2 or 3")
@@ -79,8 +81,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.clients <= 0 || c.duration <= 0 || c.ttl < time.Millisecond {
 		return errors.New("-clients, -duration and -ttl must be positive")
 	}
-	if c.client != "go-redis" && c.client != "redislock" {
-		return fmt.Errorf("-client %q: use go-redis or redislock", c.client)
+	switch c.client {
+	case "go-redis", "redislock", "lean", "lean-eval":
+	default:
+		return fmt.Errorf("-client %q: use go-redis, redislock, lean or lean-eval", c.client)
+	}
+	if c.pipeline < 1 {
+		return errors.New("-pipeline must be at least 1")
 	}
 	if c.resp != 2 && c.resp != 3 {
 		return fmt.Errorf("-resp %d: use 2 or 3", c.resp)
@@ -131,6 +138,9 @@ func measure(ctx context.Context, c config, addr string) (Result, error) {
 	}
 	if nodes, ok := strings.CutPrefix(addr, "redsync:"); ok {
 		return measureRedsync(ctx, c, addr, strings.Split(nodes, ","))
+	}
+	if c.client == "lean" || c.client == "lean-eval" {
+		return measureLean(ctx, c, addr, c.client == "lean-eval")
 	}
 	rdb := redis.NewClient(&redis.Options{
 		Addr: addr, Password: c.password, Protocol: c.resp, PoolSize: c.clients, MinIdleConns: c.clients,
@@ -206,14 +216,8 @@ type acquireFunc func(ctx context.Context, i int, key string) (ok bool, release 
 
 // loop runs the clients' lock cycles for the configured duration.
 func loop(ctx context.Context, c config, addr string, acquire acquireFunc) (Result, error) {
-	var cycles, contended, errs atomic.Int64
-	var firstErr atomic.Value
-	fail := func(err error) {
-		errs.Add(1)
-		firstErr.CompareAndSwap(nil, err.Error())
-	}
-	acq := make([][]time.Duration, c.clients)
-	rel := make([][]time.Duration, c.clients)
+	t := newTally(c.clients)
+	cycles, contended, fail, acq, rel := &t.cycles, &t.contended, t.fail, t.acq, t.rel
 	runCtx, cancel := context.WithTimeout(ctx, c.duration)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -248,14 +252,37 @@ func loop(ctx context.Context, c config, addr string, acquire acquireFunc) (Resu
 		})
 	}
 	wg.Wait()
+	return t.result(addr, c.clients, start), nil
+}
+
+// tally counts a run's outcomes; acq and rel are each client's latencies
+// (one slice per client: no lock).
+type tally struct {
+	cycles, contended, errs atomic.Int64
+	firstErr                atomic.Value
+	acq, rel                [][]time.Duration
+}
+
+func newTally(clients int) *tally {
+	return &tally{acq: make([][]time.Duration, clients), rel: make([][]time.Duration, clients)}
+}
+
+// fail counts an error, keeping the first's text.
+func (t *tally) fail(err error) {
+	t.errs.Add(1)
+	t.firstErr.CompareAndSwap(nil, err.Error())
+}
+
+// result is the run's Result, the run having started at start.
+func (t *tally) result(addr string, clients int, start time.Time) Result {
 	secs := time.Since(start).Seconds()
-	r := Result{Addr: addr, Clients: c.clients, Seconds: secs, Cycles: cycles.Load(),
-		CyclesPerSec: float64(cycles.Load()) / secs, Contended: contended.Load(), Errors: errs.Load(),
-		Acquire: percentiles(acq), Release: percentiles(rel)}
-	if e, ok := firstErr.Load().(string); ok {
+	r := Result{Addr: addr, Clients: clients, Seconds: secs, Cycles: t.cycles.Load(),
+		CyclesPerSec: float64(t.cycles.Load()) / secs, Contended: t.contended.Load(), Errors: t.errs.Load(),
+		Acquire: percentiles(t.acq), Release: percentiles(t.rel)}
+	if e, ok := t.firstErr.Load().(string); ok {
 		r.FirstError = e
 	}
-	return r, nil
+	return r
 }
 
 func percentiles(per [][]time.Duration) Pcts {

@@ -15,10 +15,11 @@ import (
 func TestRunAgainstRedisAndLockproxy(t *testing.T) {
 	redis := testsrv.StartRedis(t)
 	proxy := testsrv.StartMemoryProxy(t)
-	for _, client := range []string{"go-redis", "redislock"} {
+	for _, client := range []string{"go-redis", "redislock", "lean", "lean-eval", "lean -pipeline 4 -keys 3"} {
 		t.Run(client, func(t *testing.T) {
 			var out bytes.Buffer
-			err := run(t.Context(), []string{"-addr", proxy, "-compare", redis.Addr, "-client", client, "-clients", "8", "-duration", "300ms", "-json"}, &out)
+			args := []string{"-addr", proxy, "-compare", redis.Addr, "-clients", "8", "-duration", "300ms", "-json", "-client"}
+			err := run(t.Context(), append(args, strings.Fields(client)...), &out)
 			if err != nil {
 				t.Fatalf("run: %v\n%s", err, out.String())
 			}

@@ -9,8 +9,13 @@
 # Starts its own redis-server on BASE_PORT+4 (default 17000) and lockproxy
 # (memory) with --data-path goroutines on BASE_PORT+100 and loops on
 # BASE_PORT+101; stops only what it started. Each round measures the three
-# one after the other with cmd/lockbench -clients 50. Not part of the test
-# suite: figures on a shared machine are only worth their ratios.
+# one after the other with cmd/lockbench -clients 50; CLIENT=lean (or
+# lean-eval, go-redis by default) is its load (lockbench -client), PIPELINE its
+# -pipeline. BEFORE_REV=<git revision> also measures lockproxy built from
+# that revision (loops, on BASE_PORT+102) each round, right after or right
+# before the tree's loops, alternately: a before/after comparison in the
+# same run. Not part of the test suite:
+# figures on a shared machine are only worth their ratios.
 set -euo pipefail
 dur=${1:-10s}
 rounds=${2:-1}
@@ -18,6 +23,15 @@ base=${BASE_PORT:-17000}
 . "$(dirname "$0")/common.sh" # root, dir, pids, cleanup at exit, cpu
 
 (cd "$root" && go build -o "$dir/lockproxy" ./cmd/lockproxy && go build -o "$dir/lockbench" ./cmd/lockbench)
+if [ -n "${BEFORE_REV:-}" ]; then
+	mkdir "$dir/before"
+	(cd "$root" && git archive "$BEFORE_REV" | tar -x -C "$dir/before")
+	(cd "$dir/before" && go build -o "$dir/lockproxy-before" ./cmd/lockproxy)
+	# from $dir: a config.yaml here may have keys that build does not know
+	(cd "$dir" && exec "$dir/lockproxy-before" --backend memory --data-path loops --listen 127.0.0.1:$((base + 102)) --admin-listen '' >"$dir/before.log" 2>&1) &
+	lb0=$!
+	pids+=($lb0)
+fi
 redis-server --port $((base + 4)) --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >/dev/null &
 rs=$!
 pids+=($rs)
@@ -36,7 +50,7 @@ last=
 measure() {
 	local before after out cyc secs lb us rate
 	before=$(cpu "$3")
-	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$2" -clients 50 -duration "$dur" 2>&1)
+	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$2" -client "${CLIENT:-go-redis}" -pipeline "${PIPELINE:-1}" -clients 50 -duration "$dur" 2>&1)
 	after=$(cpu "$3")
 	cyc=$(echo "$out" | sed -n 's/.*(\([0-9]*\) cycles in.*/\1/p')
 	secs=$(echo "$out" | sed -n 's/.* cycles in \([0-9.]*\)s).*/\1/p')
@@ -55,8 +69,19 @@ for ((r = 1; r <= rounds; r++)); do
 	read -r rr ru <<<"$last"
 	measure goroutines 127.0.0.1:$((base + 100)) "$lg"
 	read -r gr gu <<<"$last"
+	if [ -n "${BEFORE_REV:-}" ] && ((r % 2 == 0)); then
+		measure "loops at $BEFORE_REV" 127.0.0.1:$((base + 102)) "$lb0"
+		read -r br bu <<<"$last"
+	fi
 	measure loops 127.0.0.1:$((base + 101)) "$ll"
 	read -r lr lu <<<"$last"
 	echo "  vs redis-server: goroutines cycles/s $(ratio "$gr" "$rr"), CPU/cycle $(ratio "$gu" "$ru");" \
 		"loops cycles/s $(ratio "$lr" "$rr"), CPU/cycle $(ratio "$lu" "$ru")"
+	if [ -n "${BEFORE_REV:-}" ]; then
+		if ((r % 2 == 1)); then
+			measure "loops at $BEFORE_REV" 127.0.0.1:$((base + 102)) "$lb0"
+			read -r br bu <<<"$last"
+		fi
+		echo "  loops now vs at $BEFORE_REV: cycles/s $(ratio "$lr" "$br"), CPU/cycle $(ratio "$lu" "$bu")"
+	fi
 done

@@ -15,7 +15,9 @@
 # with that delay). PPROF_DIR, if set, gets
 # lockproxy's CPU profile over the run (cpu-DELAY.pb.gz) and its
 # allocations (allocs-DELAY.pb.gz) from the opt-in pprof listener on
-# BASE_PORT+101; profiling costs lockproxy a few per cent. Not part of the
+# BASE_PORT+101; profiling costs lockproxy a few per cent. CLIENT=lean (or
+# lean-eval) drives lockproxy with lockbench's own RESP client instead of
+# go-redis. Not part of the
 # test suite: figures on a shared machine are only worth their ratios.
 set -euo pipefail
 dsn=${1:?usage: $0 DSN [advisory|lease] [duration]}
@@ -55,7 +57,7 @@ measure() {
 		prof=$!
 	fi
 	p0=$(pgcpu); l0=0; [ -n "$lp" ] && l0=$(cpu "$lp")
-	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -clients 50 -duration "$dur" 2>&1)
+	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -client "${CLIENT:-go-redis}" -pipeline "${PIPELINE:-1}" -clients 50 -duration "$dur" 2>&1)
 	p1=$(pgcpu); l1=0; [ -n "$lp" ] && l1=$(cpu "$lp")
 	if [ -n "$prof" ]; then
 		wait "$prof" || true

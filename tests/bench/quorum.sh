@@ -6,7 +6,8 @@
 #
 # CLIENT=redislock measures bsm/redislock (its own acquire and release
 # scripts) instead of go-redis's SET NX PX + EVALSHA, through lockproxy and
-# against one Redis (mode redis).
+# against one Redis (mode redis); CLIENT=lean (or lean-eval) the same
+# cycle on lockbench's own RESP client, a load that costs little CPU.
 #
 # Starts its own redis-servers on BASE_PORT+1..+4 (default 17000) and
 # lockproxy on BASE_PORT+100; stops only what it started. Not part of the
@@ -43,7 +44,8 @@ env ${LOCKPROXY_ENV:-} "$dir/lockproxy" --backend quorum --quorum-nodes "$nodes"
 lp=$!
 pids+=($lp)
 if [ -n "${BEFORE_REV:-}" ]; then
-	"$dir/lockproxy-before" --backend quorum --quorum-nodes "$nodes" --listen 127.0.0.1:$((base + 101)) --admin-listen '' --data-path "$data_path" >"$dir/lockproxy-before.log" 2>&1 &
+	# from $dir: a config.yaml here may have keys that build does not know
+	(cd "$dir" && exec "$dir/lockproxy-before" --backend quorum --quorum-nodes "$nodes" --listen 127.0.0.1:$((base + 101)) --admin-listen '' --data-path "$data_path" >"$dir/lockproxy-before.log" 2>&1) &
 	lp0=$!
 	pids+=($lp0)
 fi
@@ -52,7 +54,7 @@ sleep 1
 case $mode in
 redsync) baseline=redsync:$nodes ;;
 redis) baseline=127.0.0.1:$((base + 4)) ;;
-*) echo "usage: [CLIENT=go-redis|redislock] $0 [redsync|redis] [duration]" >&2; exit 2 ;;
+*) echo "usage: [CLIENT=go-redis|redislock|lean|lean-eval] $0 [redsync|redis] [duration]" >&2; exit 2 ;;
 esac
 
 # measure ADDR [PROXY_PID]: one lockbench run; prints its result and the
@@ -61,7 +63,7 @@ esac
 measure() {
 	local before=() after=() i out cyc lb proxy=${2:-$lp}
 	for p in "$proxy" "${pids[@]:0:4}"; do before+=($(cpu "$p")); done
-	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -client "${CLIENT:-go-redis}" -clients 50 -duration "$dur" 2>&1)
+	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -client "${CLIENT:-go-redis}" -pipeline "${PIPELINE:-1}" -clients 50 -duration "$dur" 2>&1)
 	for p in "$proxy" "${pids[@]:0:4}"; do after+=($(cpu "$p")); done
 	echo "$out" | grep -v LOADTOOL
 	cyc=$(echo "$out" | sed -n 's/.*(\([0-9]*\) cycles in.*/\1/p')
