@@ -2,28 +2,16 @@ package tests
 
 import (
 	"os/exec"
-	"path"
 	"strings"
 	"testing"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 )
 
-// symfonyRefused names the targets that serve string values only (a
-// migrating proxy, for now). Every
-// RedisStore script of Symfony Lock 5.4 keeps its locks in a sorted set
-// (the exclusive lock too: a "__write__" member beside the owner's token),
-// so there each one is refused before it runs, at its first sorted-set
-// command (ZREMRANGEBYSCORE for save, saveRead and exists; ZSCORE for
-// putOffExpiration and delete); its probe for TIME in scripts (TIME and a
-// string SET ... PX 1) and the TYPE its scripts start with are served.
-var symfonyRefused = map[string]bool{"migrating": true}
-
 // TestSymfonyLock drives Symfony Lock 5.4's RedisStore (Debian
 // php-symfony-lock) on phpredis and predis through tests/php/run.php:
 // exclusive and shared locks, a forked 8-worker counter and a forked
-// reader/writer holder table where they are served, lockproxy's refusal
-// and no key left where they are not.
+// reader/writer holder table, on every target.
 func TestSymfonyLock(t *testing.T) {
 	t.Parallel()
 	php := testsrv.Need(t, "php")
@@ -33,14 +21,10 @@ func TestSymfonyLock(t *testing.T) {
 		testsrv.Need(t, "php-symfony-lock, php-redis and php-predis (apt-get install them)")
 	}
 	clientTargets(t, func(t *testing.T, addr string) {
-		expect := "serves"
-		if symfonyRefused[path.Base(t.Name())] {
-			expect = "refuses"
-		}
 		for _, client := range []string{"phpredis", "predis"} {
 			t.Run(client, func(t *testing.T) {
 				t.Parallel() // each client has keys of its own
-				out, err := exec.CommandContext(t.Context(), php, "php/run.php", addr, client, expect).CombinedOutput()
+				out, err := exec.CommandContext(t.Context(), php, "php/run.php", addr, client).CombinedOutput()
 				if err != nil {
 					t.Fatalf("%v\n%s", err, out)
 				}

@@ -168,10 +168,12 @@ func modelApply(s modelGroupState, in modelInput) (string, modelGroupState) {
 	panic("model: unknown operation " + in.kind)
 }
 
-// modelPorcupine is the model porcupine checks: an operation with an
-// unknown outcome is given an infinite return time by the recorder, so it
-// may take effect at any point after its call or (placed last) never.
-var modelPorcupine = porcupine.Model{
+// modelPorcupine is the model porcupine checks. An operation with an
+// unknown outcome took effect or did not: its step leads to both states
+// (porcupine follows the set of states a prefix may leave), and the
+// recorder extends its return by the time it may still take effect late
+// (modelLateEffect).
+var modelPorcupine = (&porcupine.NondeterministicModel{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 		by := map[int][]porcupine.Operation{}
 		var order []int
@@ -188,11 +190,17 @@ var modelPorcupine = porcupine.Model{
 		}
 		return parts
 	},
-	Init: func() any { return modelGroupState{} },
-	Step: func(state, input, output any) (bool, any) {
-		want, next := modelApply(state.(modelGroupState), input.(modelInput))
-		out := output.(modelOutput)
-		return out.unknown || out.reply == want, next
+	Init: func() []any { return []any{modelGroupState{}} },
+	Step: func(state, input, output any) []any {
+		s := state.(modelGroupState)
+		want, next := modelApply(s, input.(modelInput))
+		switch out := output.(modelOutput); {
+		case out.unknown && next != s:
+			return []any{s, next}
+		case out.unknown || out.reply == want:
+			return []any{next}
+		}
+		return nil
 	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(modelInput), output.(modelOutput)
@@ -206,4 +214,4 @@ var modelPorcupine = porcupine.Model{
 		s := state.(modelGroupState)
 		return fmt.Sprintf("%+v", [2]modelKeyState(s))
 	},
-}
+}).ToModel()

@@ -14,8 +14,6 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/pgbridge"
-	"github.com/lockproxy/lockproxy/proxy"
-	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // pubsubTarget is one lockproxy deployment under test. Each connection of
@@ -333,6 +331,58 @@ var psScenarios = []psScenario{
 			psSend("c", 1, "BLPOP", "bl:s", "1"),
 			psSend("c", 1, "MULTI"),
 			psSend("c", 1, "BLPOP", "bl:e", "0"),
+			psSend("c", 1, "EXEC"), // inside MULTI nothing blocks
+		}},
+	// BZPOPMIN and BZPOPMAX: [key, member, score], blocking while every set is empty.
+	{name: "blocking-zpops", conns: []psConn{{"c", instA}, {"w", instA}},
+		steps: []psStep{
+			psSend("w", 1, "EVAL", "redis.call('del', unpack(KEYS))", "4", "bz:a", "bz:b", "bz:s", "bz:none"),
+			psSend("w", 1, "ZADD", "bz:a", "1", "x", "2.5", "y"),
+			psSend("c", 1, "BZPOPMIN", "bz:none", "bz:a", "1"),
+			psSend("c", 1, "BZPOPMAX", "bz:a", "1"),
+			psSend("c", 1, "BZPOPMIN", "bz:a", "0.1"), // empty: a null array after the timeout
+			psSend("c", 0, "BZPOPMAX", "bz:none", "bz:b", "5"),
+			psNone("c"),
+			psSend("w", 1, "ZADD", "bz:b", "3", "m", "4", "n"),
+			psRecv("c", 1),
+			psSend("c", 1, "ZRANGE", "bz:b", "0", "-1", "WITHSCORES"),
+			psSend("c", 1, "BZPOPMIN", "bz:a", "-1"),
+			psSend("c", 1, "BZPOPMIN", "bz:a", "x"),
+			psSend("c", 1, "BZPOPMIN", "bz:a"),
+			psSend("w", 1, "SET", "bz:s", "v"),
+			psSend("c", 1, "BZPOPMIN", "bz:s", "1"),
+			psSend("c", 1, "MULTI"),
+			psSend("c", 1, "BZPOPMAX", "bz:none", "0"),
+			psSend("c", 1, "EXEC"), // inside MULTI nothing blocks
+		}},
+	// BLMOVE and BRPOPLPUSH: LMOVE's reply, blocking while the source is empty.
+	{name: "blocking-moves", conns: []psConn{{"c", instA}, {"w", instA}},
+		steps: []psStep{
+			psSend("w", 1, "EVAL", "redis.call('del', unpack(KEYS))", "5", "bm:a", "bm:b", "bm:c", "bm:s", "bm:none"),
+			psSend("w", 1, "RPUSH", "bm:a", "x", "y"),
+			psSend("c", 1, "BLMOVE", "bm:a", "bm:b", "LEFT", "RIGHT", "1"),
+			psSend("c", 1, "BRPOPLPUSH", "bm:a", "bm:b", "1"),
+			psSend("c", 1, "LRANGE", "bm:b", "0", "-1"),
+			psSend("c", 1, "BLMOVE", "bm:a", "bm:b", "left", "left", "0.1"), // empty: a null array after the timeout
+			psSend("c", 1, "BRPOPLPUSH", "bm:none", "bm:b", "0.1"),
+			psSend("c", 0, "BLMOVE", "bm:c", "bm:b", "RIGHT", "LEFT", "5"),
+			psNone("c"),
+			psSend("w", 1, "LPUSH", "bm:c", "v"),
+			psRecv("c", 1),
+			psSend("c", 0, "BRPOPLPUSH", "bm:c", "bm:c", "0"),
+			psSend("w", 1, "RPUSH", "bm:c", "r1", "r2"),
+			psRecv("c", 1),
+			psSend("c", 1, "LRANGE", "bm:c", "0", "-1"),
+			psSend("c", 1, "BLMOVE", "bm:a", "bm:b", "UP", "LEFT", "-1"),
+			psSend("c", 1, "BLMOVE", "bm:a", "bm:b", "LEFT", "LEFT", "-1"),
+			psSend("c", 1, "BLMOVE", "bm:a", "bm:b", "LEFT", "LEFT"),
+			psSend("c", 1, "BRPOPLPUSH", "bm:a", "bm:b", "x"),
+			psSend("w", 1, "SET", "bm:s", "v"),
+			psSend("c", 1, "BLMOVE", "bm:s", "bm:b", "LEFT", "LEFT", "1"),
+			psSend("c", 1, "BRPOPLPUSH", "bm:b", "bm:s", "1"),
+			psSend("c", 1, "MULTI"),
+			psSend("c", 1, "BLMOVE", "bm:none", "bm:b", "LEFT", "LEFT", "0"),
+			psSend("c", 1, "BRPOPLPUSH", "bm:none", "bm:b", "0"),
 			psSend("c", 1, "EXEC"), // inside MULTI nothing blocks
 		}},
 	{name: "pubsub-introspection", conns: []psConn{{"s1", instA}, {"s2", instA}, {"q", instB}},
@@ -753,35 +803,10 @@ func TestPubSubSlowSubscriber(t *testing.T) {
 // receivers (docs/pubsub.md).
 func TestPubSubAcrossInstances(t *testing.T) {
 	t.Parallel()
-	pg := func(strategy string) func(t *testing.T) (string, string) {
-		return func(t *testing.T) (string, string) {
-			a, dsn := testsrv.StartPostgresProxy(t, strategy)
-			return a, startPostgresProxyOn(t, dsn, strategy)
-		}
-	}
-	for _, tc := range []struct {
-		name    string
-		start   func(t *testing.T) (string, string)
-		scripts bool // scripts may publish
-	}{
-		{pgbridge.Advisory, pg(pgbridge.Advisory), true},
-		{pgbridge.Lease, pg(pgbridge.Lease), true},
-		{"quorum", func(t *testing.T) (string, string) {
-			a, nodes := testsrv.StartQuorumProxy(t, 3)
-			var addrs []string
-			for _, n := range nodes {
-				addrs = append(addrs, n.Addr)
-			}
-			qb, err := quorum.New(quorum.Config{Nodes: addrs})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return a, testsrv.StartLockproxy(t, proxy.Config{BackendName: "quorum"}, qb)
-		}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, kind := range sharedKinds {
+		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			a, b := tc.start(t)
+			a, b := twoInstances(t, kind)
 			sub, pub := dialRESP(t, a), dialRESP(t, b)
 			for _, cmd := range [][]string{{"SUBSCRIBE", "lock:released"}, {"PSUBSCRIBE", "lock:*"}} {
 				if r, err := sub.do(cmd...); err != nil || !strings.HasPrefix(r, "*3\r\n") {
@@ -813,9 +838,6 @@ func TestPubSubAcrossInstances(t *testing.T) {
 					t.Fatalf("%v = %q, %v", cmd, r, err)
 				}
 			}
-			if !tc.scripts {
-				return
-			}
 			// A release script on B: the waiter on A, woken, finds the key free.
 			if r, err := pub.do("SET", "k", "tok", "NX", "PX", "30000"); err != nil || r != "+OK\r\n" {
 				t.Fatalf("SET NX = %q, %v", r, err)
@@ -826,8 +848,15 @@ func TestPubSubAcrossInstances(t *testing.T) {
 			}
 			expect("*3\r\n$7\r\nmessage\r\n$13\r\nlock:released\r\n$4\r\nfree\r\n",
 				"*4\r\n$8\r\npmessage\r\n$6\r\nlock:*\r\n$13\r\nlock:released\r\n$4\r\nfree\r\n")
+			sub.c.SetDeadline(time.Now().Add(psQuiet))
+			if got, err := sub.reply(); err == nil {
+				t.Fatalf("on instance A, a script's message twice: %q", got)
+			}
 			if r, err := dialRESP(t, a).do("SET", "k", "waiter", "NX", "PX", "30000"); err != nil || r != "+OK\r\n" {
 				t.Fatalf("the woken waiter's SET NX on A = %q, %v; want OK", r, err)
+			}
+			if kind == "quorum" {
+				return // the nodes carry messages of any size
 			}
 			// A message too big for a NOTIFY is an error, not a local delivery.
 			if r, err := pub.do("PUBLISH", "lock:released", strings.Repeat("x", 10000)); err != nil || !strings.HasPrefix(r, "-ERR lockproxy's postgres backend carries messages of up to") {
@@ -954,5 +983,73 @@ func TestClientUnblock(t *testing.T) {
 	got := frames(testsrv.StartMemoryProxy(t))
 	if !slices.Equal(got, want) {
 		t.Fatalf("frames\n lockproxy: %q\n     redis: %q", got, want)
+	}
+}
+
+// TestPubSubRewake: after a link over which messages may have been lost
+// comes back — an instance's LISTEN session (postgres), its subscription
+// on a node (quorum) — the subscribers get the last messages of their
+// channels again, so that a waiter whose wake-up was lost looks again.
+func TestPubSubRewake(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{pgbridge.Advisory, "quorum"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var a, b string
+			var lose func()
+			if kind == "quorum" {
+				var nodes []*testsrv.Redis
+				a, nodes = testsrv.StartQuorumProxy(t, 3)
+				b = a
+				lose = nodes[0].Restart // the instance's subscription there breaks and comes back
+			} else {
+				var dsn string
+				a, dsn = testsrv.StartPostgresProxy(t, kind)
+				b = startPostgresProxyOn(t, dsn, kind)
+				sql := pgConn(t, dsn)
+				lose = func() { // every instance's LISTEN session
+					if _, err := sql.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+						WHERE datname = current_database() AND query = 'LISTEN "lockproxy_pubsub"'`); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			sub, pub := dialRESP(t, a), dialRESP(t, b)
+			if r, err := sub.do("SUBSCRIBE", "lock:ch"); err != nil || !strings.HasPrefix(r, "*3\r\n") {
+				t.Fatalf("SUBSCRIBE = %q, %v", r, err)
+			}
+			m1 := "*3\r\n$7\r\nmessage\r\n$7\r\nlock:ch\r\n$2\r\nm1\r\n"
+			if _, err := pub.do("PUBLISH", "lock:ch", "m1"); err != nil {
+				t.Fatal(err)
+			}
+			sub.c.SetDeadline(time.Now().Add(5 * time.Second))
+			if got, err := sub.reply(); err != nil || got != m1 {
+				t.Fatalf("message = %q, %v; want m1", got, err)
+			}
+			// A message nobody heard is remembered too: a waiter that
+			// subscribes afterwards, whose own wake-up is lost, gets it.
+			if _, err := pub.do("PUBLISH", "lock:quiet", "q1"); err != nil {
+				t.Fatal(err)
+			}
+			late := dialRESP(t, a)
+			if r, err := late.do("SUBSCRIBE", "lock:quiet"); err != nil || !strings.HasPrefix(r, "*3\r\n") {
+				t.Fatalf("SUBSCRIBE = %q, %v", r, err)
+			}
+			lose()
+			pub.do("PUBLISH", "lock:ch", "m2") // may be lost on the way
+			pub.do("PUBLISH", "lock:quiet", "q2")
+			for c, want := range map[*respConn]string{sub: m1, late: "*3\r\n$7\r\nmessage\r\n$10\r\nlock:quiet\r\n$2\r\nq1\r\n"} {
+				c.c.SetDeadline(time.Now().Add(10 * time.Second))
+				for {
+					got, err := c.reply()
+					if err != nil {
+						t.Fatalf("no wake-up %q after the link came back: %v", want, err)
+					}
+					if got == want {
+						break // the message from before again: the wake-up
+					}
+				}
+			}
+		})
 	}
 }

@@ -75,6 +75,7 @@ var availPatterns = []availPattern{
 	goPattern("redsync", func(addr string) lockcheck.Locker { return lockcheck.NewRedsyncLocker(addr) }),
 	nodePattern("node redlock 5", "redlock5"),
 	nodePattern("node redis-semaphore Mutex", "semaphore"),
+	nodePattern("node redis-semaphore Semaphore (sorted set)", "semaphore-n"),
 }
 
 // phaseStats is what one phase's measured window saw.

@@ -1,24 +1,44 @@
 'use strict';
 // Drives one node lock library on one ioredis major against the address in
-// argv[2]: node run.js HOST:PORT LIBRARY IOREDIS [TARGET], where LIBRARY is
-// redlock4, redlock5, semaphore (redis-semaphore's Mutex), semaphore-n
-// (its Semaphore), multisemaphore (its MultiSemaphore) or
-// simple-redis-mutex (on node-redis 5, IOREDIS "node-redis"), IOREDIS is
-// ioredis5 or ioredis6, and TARGET names what listens there (clientTargets'
-// subtest: redis, lockproxy, migrating, quorum3, pg-advisory, pg-lease).
-// Exits non-zero with the failure on stderr.
+// argv[2]: node run.js HOST:PORT LIBRARY IOREDIS [HOST2:PORT2],
+// where LIBRARY is redlock4, redlock5, semaphore (redis-semaphore's Mutex),
+// semaphore-n (its Semaphore), multisemaphore (its MultiSemaphore),
+// simple-redis-mutex (on node-redis 5, IOREDIS "node-redis") or
+// node-redisson (on ioredis 5, IOREDIS "ioredis") and IOREDIS is ioredis5
+// or ioredis6; every library runs the same checks on every target. HOST2:PORT2
+// is another instance in front of the same backend (or the legacy Redis
+// of a migrating proxy at HOST:PORT): the libraries that wake their
+// waiters (simple-redis-mutex, node-redisson) wait there while the holder
+// releases at HOST:PORT, and half the workers of every 8-worker check
+// that takes two clients run there. Exits non-zero with the failure on
+// stderr.
 const assert = require('node:assert/strict');
 
-const [, , addr, lib, ioredisName, target = ''] = process.argv;
-const i = addr.lastIndexOf(':');
-const host = addr.slice(0, i);
-const port = Number(addr.slice(i + 1));
-const IORedis = ioredisName.startsWith('ioredis') ? require(ioredisName) : null; // node-redis libraries bring their own
+const [, , addr, lib, ioredisName, addr2 = addr] = process.argv;
+const hostPort = (a) => {
+  const i = a.lastIndexOf(':');
+  return [a.slice(0, i), Number(a.slice(i + 1))];
+};
+const [host, port] = hostPort(addr);
+const [host2, port2] = hostPort(addr2);
+const IORedis = /^ioredis\d$/.test(ioredisName) ? require(ioredisName) : null; // the others bring their own client
 const prefix = `${lib}:${ioredisName}`;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function client() {
   return IORedis && new IORedis(port, host, { maxRetriesPerRequest: 1, enableOfflineQueue: true });
+}
+
+// onBoth runs f(c, c2), c2 a client of HOST2:PORT2 (c itself when that is
+// HOST:PORT): the semaphores' workers alternate between the two, so that
+// through a migrating proxy half of them use the legacy Redis directly.
+async function onBoth(c, f) {
+  const c2 = addr2 === addr ? c : new IORedis(port2, host2, { maxRetriesPerRequest: 1, enableOfflineQueue: true });
+  try {
+    return await f(c2);
+  } finally {
+    if (c2 !== c) c2.disconnect();
+  }
 }
 
 // counter has workers increment a shared count under the lock; an await
@@ -40,6 +60,29 @@ async function counter(workers, iter, lock) {
   return `counter ${count}`;
 }
 
+// wakeLatency measures, rounds times, the time from a release to the
+// waiter's grant: hold() takes the lock and returns its release, wait()
+// waits for it and returns the waiter's release, asleep() resolves once
+// the waiter waits (by default after 20 ms). A lost wake-up fails the
+// round. Returns "p50 … p99 …".
+async function wakeLatency(rounds, hold, wait, asleep = () => sleep(20)) {
+  const ms = [];
+  for (let r = 0; r < rounds; r++) {
+    const release = await hold();
+    const waiting = wait();
+    await asleep();
+    const t0 = performance.now();
+    await release();
+    const releaseWaiter = await waiting;
+    ms.push(performance.now() - t0);
+    await releaseWaiter();
+  }
+  ms.sort((a, b) => a - b);
+  const at = (q) => ms[Math.min(ms.length - 1, Math.floor(q * ms.length))].toFixed(1);
+  assert.ok(ms[ms.length - 1] < 2000, `a waiter got the lock ${ms[ms.length - 1]} ms after a release: its wake-up was lost`);
+  return `release to grant p50 ${at(0.5)} ms, p99 ${at(0.99)} ms (${rounds} rounds)`;
+}
+
 // permitCounter has workers take `permits` permits of a semaphore of
 // `limit` in a loop, and counts here the permits held at once: a worker
 // counts its permits once acquire resolved and uncounts them before it
@@ -57,7 +100,7 @@ async function permitCounter(workers, iter, limit, permits, acquire) {
         held += permits;
         peak = Math.max(peak, held);
         assert.ok(held <= limit, `${held} permits held at once; the limit is ${limit}`);
-        await sleep(2); // a holder's work: lets the other workers contend
+        await sleep(10); // a holder's work: lets the other workers contend, and overlap (a migrating proxy's acquires are slower)
         held -= permits;
         await release();
       }
@@ -159,37 +202,6 @@ async function semaphore(c) {
   });
 }
 
-// Targets that serve string values only for now, and so refuse the
-// sorted-set scripts of Semaphore and MultiSemaphore (README, Compatibility).
-const stringsOnly = new Set(['migrating']);
-
-// refused checks the refusal on a target that serves string values only:
-// the library's acquire fails at once with lockproxy's error for the
-// script's first sorted-set call (zremrangebyscore, at line `line` of the
-// script's text), not with a timeout, and leaves no key behind; the
-// Semaphore's release, a top-level ZREM, is refused too.
-async function refused(c, sem, key, line) {
-  const script = new RegExp(
-    "^ERR lockproxy's backend serves string values only: 'zremrangebyscore' is not supported yet " +
-      `script: [0-9a-f]{40}, on @user_script:${line}\\.$`,
-  );
-  const refusal = (e) => {
-    assert.match(e.message, script);
-    return true;
-  };
-  await assert.rejects(sem.acquire(), refusal, 'acquire was not refused');
-  await assert.rejects(sem.tryAcquire(), refusal, 'tryAcquire was not refused');
-  assert.equal(sem.isAcquired, false);
-  await sem.release(); // nothing to release: sends nothing
-  assert.equal(await c.exists(key), 0, 'a refused acquire left the key');
-  await assert.rejects(c.zrem(key, sem.identifier), (e) => {
-    assert.equal(e.message, "ERR lockproxy's migrating proxy serves string values only: 'zrem' is not supported yet");
-    return true;
-  });
-  assert.equal(await c.exists(key), 0);
-  return 'refused, as this target serves string values only';
-}
-
 // refreshLoop checks the refresh loop of a holder made by keep(options),
 // which takes every permit of the semaphore at rkey but one: it keeps its
 // permits (its members, listed by members) alive well past their
@@ -232,9 +244,6 @@ async function semaphoreN(c) {
   const name = `${prefix}:a`;
   const key = `semaphore:${name}`;
   const opts = { lockTimeout: 5000, acquireTimeout: 1000, retryInterval: 5, refreshInterval: 0 };
-  if (stringsOnly.has(target)) {
-    return refused(c, new Semaphore(c, name, 3, opts), key, 9);
-  }
   const held = [];
   for (let i = 0; i < 3; i++) {
     const s = new Semaphore(c, name, 3, opts);
@@ -272,11 +281,11 @@ async function semaphoreN(c) {
     (kept) => [kept.identifier],
   );
 
-  const summary = await permitCounter(8, 20, 3, 1, async () => {
-    const s = new Semaphore(c, `${prefix}:counter`, 3, { lockTimeout: 10000, acquireTimeout: 60000, retryInterval: 2, refreshInterval: 0 });
+  const summary = await onBoth(c, (c2) => permitCounter(8, 20, 3, 1, async (w) => {
+    const s = new Semaphore(w % 2 ? c2 : c, `${prefix}:counter`, 3, { lockTimeout: 10000, acquireTimeout: 60000, retryInterval: 2, refreshInterval: 0 });
     await s.acquire();
     return () => s.release();
-  });
+  }));
   assert.equal(await c.exists(`semaphore:${prefix}:counter`), 0);
   return summary;
 }
@@ -290,9 +299,6 @@ async function multiSemaphore(c) {
   const key = `semaphore:${name}`;
   const opts = { lockTimeout: 5000, acquireTimeout: 1000, retryInterval: 5, refreshInterval: 0 };
   const once = { ...opts, acquireAttemptsLimit: 1 };
-  if (stringsOnly.has(target)) {
-    return refused(c, new MultiSemaphore(c, name, 5, 3, opts), key, 11);
-  }
   const three = new MultiSemaphore(c, name, 5, 3, opts);
   await three.acquire();
   assert.deepEqual(await c.zrange(key, 0, -1), [0, 1, 2].map((i) => `${three.identifier}_${i}`));
@@ -323,11 +329,11 @@ async function multiSemaphore(c) {
     (kept) => [`${kept.identifier}_0`, `${kept.identifier}_1`],
   );
 
-  const summary = await permitCounter(8, 20, 7, 2, async () => {
-    const s = new MultiSemaphore(c, `${prefix}:counter`, 7, 2, { lockTimeout: 10000, acquireTimeout: 60000, retryInterval: 2, refreshInterval: 0 });
+  const summary = await onBoth(c, (c2) => permitCounter(8, 20, 7, 2, async (w) => {
+    const s = new MultiSemaphore(w % 2 ? c2 : c, `${prefix}:counter`, 7, 2, { lockTimeout: 10000, acquireTimeout: 60000, retryInterval: 2, refreshInterval: 0 });
     await s.acquire();
     return () => s.release();
-  });
+  }));
   assert.equal(await c.exists(`semaphore:${prefix}:counter`), 0);
   return summary;
 }
@@ -335,32 +341,21 @@ async function multiSemaphore(c) {
 // simpleRedisMutex drives simple-redis-mutex 3.0 on node-redis 5: a
 // waiter sleeps until the holder's release script PUBLISHes (its polling
 // interval is set far beyond the test, so a lost message fails it), and
-// fencing tokens grow. Backends that cannot deliver a script's message
-// yet refuse the release script, before it runs, and it writes nothing.
+// fencing tokens grow.
 async function simpleRedisMutex() {
   const { createClient } = require('redis');
   const { lock, tryLock } = require('simple-redis-mutex');
   const c = createClient({ url: `redis://${addr}`, socket: { reconnectStrategy: false } });
+  const w = createClient({ url: `redis://${addr2}`, socket: { reconnectStrategy: false } });
   await c.connect();
+  await w.connect();
   try {
     const name = `${prefix}:a`;
-    if (stringsOnly.has(target)) {
-      // Its fencing counter (INCR) is not served by a migrating proxy yet.
-      await assert.rejects(tryLock(c, name, { timeout: 5000 }), /'incr' is not supported/, 'INCR was not refused');
-      await c.del(`@simple-redis-mutex:lock-${name}`);
-      return 'fencing counter (INCR) refused: a migrating proxy serves string values only';
-    }
     const [got, release] = await tryLock(c, name, { timeout: 5000 });
     assert.ok(got, 'tryLock of a free lock failed');
     const [again] = await tryLock(c, name, { timeout: 5000 });
     assert.ok(!again, 'a held lock was acquired again');
-    if (!publishes.has(target)) {
-      await assert.rejects(release(), /'publish' is not supported/, 'the release script that publishes was not refused');
-      assert.equal(await c.exists(`@simple-redis-mutex:lock-${name}`), 1, 'the refused release script changed the lock');
-      await c.del(`@simple-redis-mutex:lock-${name}`);
-      return 'release script refused: this backend does not deliver script messages yet';
-    }
-    const waiting = lock(c, name, { timeout: 5000, pollingInterval: 60000, failAfter: 20000 });
+    const waiting = lock(w, name, { timeout: 5000, pollingInterval: 60000, failAfter: 20000 });
     await sleep(200); // the waiter tried and is asleep
     const releasedAt = Date.now();
     await release();
@@ -371,19 +366,93 @@ async function simpleRedisMutex() {
     await next();
     assert.equal(await c.exists(`@simple-redis-mutex:lock-${name}`), 0);
 
-    const summary = await counter(8, 20, async () => lock(c, `${prefix}:counter`, { timeout: 10000, pollingInterval: 60000, failAfter: 30000 }));
-    return `${summary}, woken ${woke} ms after a release`;
+    const latency = await wakeLatency(30,
+      () => lock(c, `${prefix}:wake`, { timeout: 10000 }),
+      () => lock(w, `${prefix}:wake`, { timeout: 10000, pollingInterval: 60000, failAfter: 20000 }));
+    const summary = await counter(8, 20, async (i) => lock(i % 2 ? w : c, `${prefix}:counter`, { timeout: 10000, pollingInterval: 60000, failAfter: 30000 }));
+    return `${summary}, ${latency}`;
   } finally {
     await c.quit().catch(() => {});
+    await w.quit().catch(() => {});
   }
 }
 
-// publishes are the targets whose scripts may PUBLISH (docs/pubsub.md).
-const publishes = new Set(['redis', 'lockproxy', 'pg-advisory', 'pg-lease']);
+// nodeRedisson drives node-redisson 1.0 (Redisson's RLock scripts: a hash
+// per lock, reentrant, a watchdog extending it, and an unlock script that
+// PUBLISHes to the waiters, who sleep up to the lock's TTL otherwise). The
+// lease here is 30 s, so a lost wake-up fails the test.
+async function nodeRedisson() {
+  const { Redisson } = require('node-redisson');
+  const one = new Redisson({ redis: { options: { host, port, maxRetriesPerRequest: 1 } } });
+  const two = new Redisson({ redis: { options: { host: host2, port: port2, maxRetriesPerRequest: 1 } } });
+  const name = `${prefix}:a`;
+  // No quit at the end: node-redisson leaves waiters' timeouts armed after
+  // their wake-up (up to a lease later), which unsubscribe on its
+  // connection; closed, that is an unhandled rejection that kills the
+  // process before its result is out. The process exits once it is written.
+  const held = one.getLock(name);
+  await held.lock(); // the watchdog's lease (30 s), extended while held
+  await held.lock(); // reentrant: a count of 2
+  await held.unlock();
+  assert.equal(await held.isLocked(), true, 'one unlock of two released a reentrant lock');
+  const other = two.getLock(name);
+  assert.equal(await other.tryLock(0, 30000), false, 'a held lock was acquired by another client');
+  const waiting = other.tryLock(20000, 30000);
+  await subscribed(two, `redisson_lock__channel:{${name}}`);
+  const releasedAt = Date.now();
+  await held.unlock();
+  assert.equal(await waiting, true, 'the waiter did not get the lock');
+  const woke = Date.now() - releasedAt;
+  assert.ok(woke < 2000, `the waiter got the lock ${woke} ms after the release: its wake-up was lost`);
+  await assert.rejects(held.unlock(), /not locked by current client/, 'a lock released twice');
+  await other.unlock();
+  assert.equal(await held.isLocked(), false);
+
+  const latency = await wakeLatency(30,
+    async () => { const l = one.getLock(`${prefix}:wake`); await l.lock(30000); return () => l.unlock(); },
+    async () => { const l = two.getLock(`${prefix}:wake`); assert.ok(await l.tryLock(20000, 30000)); return () => l.unlock(); },
+    () => subscribed(two, `redisson_lock__channel:{${prefix}:wake}`));
+  // A 2 s lease here: node-redisson subscribes only after a failed try,
+  // and one waiter's UNSUBSCRIBE ends the channel for the others on its
+  // connection, so some of 8 contending workers miss their wake-up (on
+  // Redis too) and sleep out the lock's TTL.
+  const summary = await counter(8, 20, async (i) => {
+    const l = (i % 2 ? two : one).getLock(`${prefix}:counter`);
+    await l.lock(2000);
+    return () => l.unlock();
+  });
+  return `${summary}, ${latency}`;
+}
+
+// subscribed resolves once a waiter of the Redisson instance r listens on
+// channel: node-redisson subscribes only after its failed try, so a release
+// before that (a loaded machine) would lose the wake-up on Redis too. The
+// server counting the subscription is not enough: node-redisson adds its
+// listener only once the SUBSCRIBE's reply is read, and a message read in
+// the same chunk as that reply is emitted to nobody (on Redis too).
+async function subscribed(r, channel) {
+  const listeners = () => r.commandExecutor.eventEmitter.listenerCount(channel);
+  for (const end = Date.now() + 10000; Date.now() < end; await sleep(2)) {
+    const [, n] = await r.redis.pubsub('NUMSUB', channel);
+    if (Number(n) > 0 && listeners() > 0) return;
+  }
+  throw new Error(`no waiter subscribed to ${channel} within 10 s`);
+}
+
+// polling measures release to grant for a library that polls: node
+// redlock 5 with its default retry delay (200 ms, jitter 200 ms).
+async function polling(c) {
+  const Redlock = require('redlock5').default;
+  const holder = new Redlock([c], { retryCount: 0 });
+  const waiter = new Redlock([c], { retryCount: 100 });
+  return wakeLatency(30,
+    async () => { const l = await holder.acquire([`${prefix}:wake`], 30000); return () => l.release(); },
+    async () => { const l = await waiter.acquire([`${prefix}:wake`], 30000); return () => l.release(); });
+}
 
 const libraries = {
   redlock4, redlock5, semaphore, 'semaphore-n': semaphoreN, multisemaphore: multiSemaphore,
-  'simple-redis-mutex': simpleRedisMutex,
+  'simple-redis-mutex': simpleRedisMutex, 'node-redisson': nodeRedisson, polling,
 };
 
 // A library that hangs fails here rather than at go test's timeout.
@@ -396,9 +465,14 @@ setTimeout(() => {
   const c = client();
   try {
     const summary = await libraries[lib](c);
-    console.log(`OK ${lib} on ${ioredisName}: ${summary}`);
-  } finally {
     c?.disconnect();
+    // Exit once the line is out: node-redisson leaves a waiter's timeout
+    // armed after its wake-up, which would unsubscribe on a closed
+    // connection up to a TTL later and crash.
+    process.stdout.write(`OK ${lib} on ${ioredisName}: ${summary}\n`, () => process.exit(0));
+  } catch (e) {
+    c?.disconnect();
+    throw e;
   }
 })().catch((e) => {
   console.error(`FAIL ${lib} on ${ioredisName}:`, e);

@@ -2,27 +2,23 @@
 // Drives Symfony Lock 5.4's RedisStore (Debian php-symfony-lock) on one PHP
 // Redis client against the address in argv[1]:
 //
-//   php run.php HOST:PORT CLIENT EXPECT
+//   php run.php HOST:PORT CLIENT
 //
-// CLIENT is phpredis (php-redis) or predis (php-predis). EXPECT says what
-// the target serves: "serves" runs exclusive locks (acquire, a second lock
+// CLIENT is phpredis (php-redis) or predis (php-predis). It runs exclusive locks (acquire, a second lock
 // refused, refresh with the key's PTTL, release, isAcquired, expiry at the
 // TTL, a string key left by Symfony < 5.2 never taken), shared locks
 // (several readers at once, a writer refused while they hold, readers
 // refused while a writer holds, promotion), 8 forked workers incrementing a
 // counter file under the exclusive lock, and 8 forked workers taking read
 // and write locks while a holder table (a file under flock) records that no
-// writer ever held beside anyone and that readers did overlap. "refuses"
-// expects every RedisStore script to be refused with lockproxy's
-// string-values-only error, before it ran: nothing is left under the key.
-// Exits non-zero with the failure on stderr.
+// writer ever held beside anyone and that readers did overlap. Exits non-zero with the failure on stderr.
 
 require '/usr/share/php/Symfony/Component/Lock/autoload.php';
 
 use Symfony\Component\Lock\LockFactory;
 use Symfony\Component\Lock\Store\RedisStore;
 
-[, $addr, $clientName, $expect] = $argv + [null, null, null, null];
+[, $addr, $clientName] = $argv + [null, null, null];
 $i = strrpos($addr, ':');
 $host = substr($addr, 0, $i);
 $port = (int) substr($addr, $i + 1);
@@ -274,52 +270,7 @@ function serves(): void
     echo "OK symfony/lock ", version(), " $prefix: counter $count, readers at once up to $maxReaders\n";
 }
 
-// refusal checks that e, or an exception it wraps, carries lockproxy's
-// refusal of a script at command want, and returns its text.
-function refusal(Throwable $e, string $want): string
-{
-    $texts = [];
-    for ($c = $e; $c !== null; $c = $c->getPrevious()) {
-        $texts[] = get_class($c) . ': ' . $c->getMessage();
-        if (preg_match("/^ERR lockproxy's backend serves string values only: '([a-z]+)' is not supported yet script: [0-9a-f]{40}, on @user_script:[0-9]+\\.$/", $c->getMessage(), $m)) {
-            check($m[1] === $want, "refused at '$m[1]'; want '$want'");
-            return $c->getMessage();
-        }
-    }
-    fail("no refusal in the exception chain:\n  " . implode("\n  ", $texts));
+if (!in_array($clientName, ['phpredis', 'predis'], true)) {
+    fail('usage: php run.php HOST:PORT phpredis|predis');
 }
-
-// refused runs f, which must throw lockproxy's refusal.
-function refused(string $what, callable $f, string $want): void
-{
-    try {
-        $f();
-    } catch (Throwable $e) {
-        echo "$what: ", refusal($e, $want), "\n";
-        return;
-    }
-    fail("$what was not refused");
-}
-
-function refuses(): void
-{
-    global $prefix;
-    $r = client();
-    $locks = factory($r);
-    $key = "$prefix:x";
-    $lock = $locks->createLock($key, 5.0, false);
-    // Each script is refused at its first sorted-set command (TYPE, which
-    // every script calls first, is served on strings).
-    refused('acquire', fn () => $lock->acquire(), 'zremrangebyscore');
-    refused('acquireRead', fn () => $lock->acquireRead(), 'zremrangebyscore');
-    refused('refresh', fn () => $lock->refresh(10.0), 'zscore');
-    refused('isAcquired', fn () => $lock->isAcquired(), 'zremrangebyscore');
-    refused('release', fn () => $lock->release(), 'zscore');
-    check(raw($r, 'EXISTS', $key) === 0, 'a refused script left the lock key');
-    echo "OK symfony/lock ", version(), " $prefix: every RedisStore script refused, nothing left\n";
-}
-
-if (!in_array($clientName, ['phpredis', 'predis'], true) || !in_array($expect, ['serves', 'refuses'], true)) {
-    fail('usage: php run.php HOST:PORT phpredis|predis serves|refuses');
-}
-$expect === 'serves' ? serves() : refuses();
+serves();

@@ -2,8 +2,9 @@
 // The availability load of avail_test.go, run by a node client library:
 //   node avail.js HOST:PORT LIB PREFIX CONTENDED WORKERS KEYS TTL_MS HOLD_US OP_TIMEOUT_MS
 // LIB is redlock5 (node redlock 5.0.0-beta.2: acquire and release by
-// script) or semaphore (redis-semaphore 5.8's Mutex: acquire by SET NX PX,
-// release by script), each on ioredis 5. Each worker
+// script), semaphore (redis-semaphore 5.8's Mutex: acquire by SET NX PX,
+// release by script) or semaphore-n (its Semaphore of one permit: sorted
+// sets), each on ioredis 5. Each worker
 // has its own connection and does what avail_load_test.go's Go workers do:
 // acquire once; on a grant hold and release; after a refusal or an error
 // back off 0-2ms. It prints "ready" once every connection is up, runs until
@@ -88,8 +89,27 @@ function semaphore(c) {
   };
 }
 
+// semaphoreN is redis-semaphore's Semaphore with one permit: its
+// acquire and release are sorted-set scripts (ZREMRANGEBYSCORE, ZCARD,
+// ZADD, PEXPIRE; a top-level ZREM), watched by value on quorum.
+function semaphoreN(c) {
+  const { Semaphore } = require('redis-semaphore');
+  const m = semaphore(c);
+  return {
+    async acquire(key) {
+      const s = new Semaphore(c, key, 1, { lockTimeout: ttl, acquireAttemptsLimit: 1, retryInterval: 0, refreshInterval: 0 });
+      try {
+        return (await s.tryAcquire()) ? { out: 'g', handle: s } : { out: 'n' };
+      } catch (e) {
+        return { out: 'e', err: e };
+      }
+    },
+    release: m.release,
+  };
+}
+
 async function worker(w, c) {
-  const l = { redlock5, semaphore }[lib](c);
+  const l = { redlock5, semaphore, 'semaphore-n': semaphoreN }[lib](c);
   for (let n = 0; !stopping; n++) {
     const key = contended ? `${prefix}c:${Math.floor(Math.random() * keys)}` : `${prefix}u:${w}:${n}`;
     let start = nowUs();
