@@ -32,7 +32,7 @@ var typedCommands = []typedCommand{
 	{"keys", 2, false, noKeys}, {"scan", -2, false, noKeys}, {"randomkey", 1, false, noKeys},
 	{"flushdb", -1, true, noKeys}, {"flushall", -1, true, noKeys},
 	{"rename", 3, true, twoKeys}, {"renamenx", 3, true, twoKeys}, {"copy", -3, true, twoKeys},
-	{"object", -2, false, subKey},
+	{"object", -2, false, subKey}, {"lockproxy", -2, false, subKey},
 
 	{"hset", -4, true, oneKey}, {"hmset", -4, true, oneKey}, {"hsetnx", 4, true, oneKey},
 	{"hget", 3, false, oneKey}, {"hmget", -3, false, oneKey}, {"hgetall", 2, false, oneKey},

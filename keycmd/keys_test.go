@@ -68,6 +68,8 @@ var keysCases = []struct {
 	{args: []string{"randomkey"}, want: nil},
 	{args: []string{"flushdb"}, want: nil},
 	{args: []string{"flushall"}, want: nil},
+	{args: []string{"lockproxy", "fence", "k", "t"}, want: []string{"k"}}, // lockproxy's own
+	{args: []string{"lockproxy", "help"}, want: nil},
 	{args: []string{"rename", "a", "b"}},
 	{args: []string{"renamenx", "a", "b"}},
 	{args: []string{"copy", "a", "b", "REPLACE"}},

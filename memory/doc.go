@@ -14,7 +14,10 @@
 //     quarter of a sample had expired, so memory follows the live keys under
 //     acquire/expire churn, with bounded work per tick; a shard's map that
 //     emptied after a peak is rebuilt smaller, since Go maps never shrink;
-//   - databases 0 to 15 are separate key spaces.
+//   - databases 0 to 15 are separate key spaces;
+//   - every grant gets a fencing token greater than every earlier one of
+//     its key, also across restarts of the process, as long as the clock
+//     does not step back over one (docs/fencing.md).
 //
 // The rules are package model's: a shard is a model.Space behind a mutex,
 // and a script or a multi-key command runs on a model.View over every

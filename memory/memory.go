@@ -60,8 +60,14 @@ func New(cfg Config) *Backend {
 	}
 	b := &Backend{seed: maphash.MakeSeed(), runner: cfg.Runner, stop: make(chan struct{}), done: make(chan struct{})}
 	b.spaces = make([]*model.Space, numShards)
+	// The fences of this process start above every fence of the process
+	// before it (model.Space.RaiseFence): those were at most its clock in
+	// microseconds when it gave them, bar a few per millisecond, and this
+	// clock is later, unless it stepped back over the restart.
+	floor := uint64(time.Now().UnixMicro())
 	for i := range b.shards {
 		b.spaces[i] = &b.shards[i].sp
+		b.spaces[i].RaiseFence(floor)
 	}
 	b.pick = func(key string) *model.Space { return &b.shard(key).sp }
 	go b.reap(cfg.ReapInterval)

@@ -174,7 +174,7 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 	if !q.ok { // held, or fenced (the batch unlocked it again)
 		return backend.SetResult{}, true, nil
 	}
-	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen,
+	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline, fencing: q.fencing}, lockID: q.id, h: h, gen: q.gen,
 		row: !deferred, deferred: deferred, granted: now.UnixMilli(), rowless: q.rowless}
 	st.owned[k] = e
 	a.rows.Add(1)
@@ -376,8 +376,8 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 			// deferred lease that changes gets its row now.
 			q = t.a.rowQuery(k, e, s)
 		case !s.same(e.state):
-			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, kind = $5, deadline_ms = $4 WHERE db = $1 AND key = $2`,
-				args: []any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline), int16(s.kind)}}
+			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, kind = $5, deadline_ms = $4, fencing_token = $6 WHERE db = $1 AND key = $2`,
+				args: []any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline), int16(s.kind), fencingParam(s.fencing)}}
 		default:
 			continue
 		}

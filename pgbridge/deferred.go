@@ -185,6 +185,7 @@ func (a *advisory) fenceRowlessOnce(s session) error {
 	var dbs []int32
 	var keys, toks [][]byte
 	var ids, dls []int64
+	var fencings []*int64
 	var kinds []int16
 	now := nowMS()
 	for i := range a.b.stripes {
@@ -195,6 +196,11 @@ func (a *advisory) fenceRowlessOnce(s session) error {
 				ls = append(ls, lostLease{k, e})
 				dbs, keys, toks = append(dbs, int32(k.db)), append(keys, []byte(k.key)), append(toks, e.token)
 				ids, dls, kinds = append(ids, e.lockID), append(dls, e.deadline), append(kinds, int16(e.kind))
+				var f *int64
+				if e.fencing != 0 {
+					f = &e.fencing
+				}
+				fencings = append(fencings, f)
 			}
 		}
 		st.mu.Unlock()
@@ -203,13 +209,14 @@ func (a *advisory) fenceRowlessOnce(s session) error {
 	defer cancel()
 	err := pgx.BeginFunc(ctx, a.b.pool, func(tx pgx.Tx) error {
 		if len(ls) > 0 {
-			if _, err := tx.Exec(ctx, `INSERT INTO `+a.b.table+` AS t (db, key, lock_id, token, kind, deadline_ms, holder, holder_pid)
-				SELECT u.db, u.key, u.id, u.token, u.kind, u.dl, $6, $7
-				FROM unnest($1::int[], $2::bytea[], $3::bigint[], $4::bytea[], $5::bigint[], $8::smallint[]) AS u(db, key, id, token, dl, kind)
+			if _, err := tx.Exec(ctx, `INSERT INTO `+a.b.table+` AS t (db, key, lock_id, token, kind, deadline_ms, holder, holder_pid, fencing_token)
+				SELECT u.db, u.key, u.id, u.token, u.kind, u.dl, $6, $7, u.f
+				FROM unnest($1::int[], $2::bytea[], $3::bigint[], $4::bytea[], $5::bigint[], $8::smallint[], $9::bigint[]) AS u(db, key, id, token, dl, kind, f)
 				ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token, kind = EXCLUDED.kind,
-					deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
+					deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid,
+					fencing_token = EXCLUDED.fencing_token
 				WHERE t.deadline_ms IS NULL OR t.deadline_ms < EXCLUDED.deadline_ms`,
-				dbs, keys, ids, toks, dls, s.h.name, s.pid, kinds); err != nil {
+				dbs, keys, ids, toks, dls, s.h.name, s.pid, kinds, fencings); err != nil {
 				return err
 			}
 		}
@@ -329,12 +336,13 @@ func (a *advisory) deferrable(deadline, now int64) bool {
 // counted for DBSIZE (count.go).
 func (a *advisory) rowQuery(k dbKey, e *held, s state) *query {
 	begins, h, gen := !e.row && !e.deferred, e.h, e.gen
-	q := &query{sql: `INSERT INTO ` + a.b.table + ` AS t (db, key, lock_id, token, kind, deadline_ms, holder, holder_pid)
-		VALUES ($1, $2, $3, $4, $7, $5, $6, pg_backend_pid())
+	q := &query{sql: `INSERT INTO ` + a.b.table + ` AS t (db, key, lock_id, token, kind, deadline_ms, holder, holder_pid, fencing_token)
+		VALUES ($1, $2, $3, $4, $7, $5, $6, pg_backend_pid(), $8)
 		ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token, kind = EXCLUDED.kind,
-			deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid
+			deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid,
+			fencing_token = EXCLUDED.fencing_token
 		WHERE NOT ` + fencedBy("t") + ` RETURNING 1`,
-		args: []any{k.db, []byte(k.key), e.lockID, s.token, deadlineParam(s.deadline), e.h.name, int16(s.kind)}, want: e.gen}
+		args: []any{k.db, []byte(k.key), e.lockID, s.token, deadlineParam(s.deadline), e.h.name, int16(s.kind), fencingParam(s.fencing)}, want: e.gen}
 	q.scan = func(r pgx.Row) error {
 		var one int
 		if err := r.Scan(&one); errors.Is(err, pgx.ErrNoRows) {

@@ -73,6 +73,15 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 		t.rollback()
 		return nil, err
 	}
+	var fenceErr error
+	sp.NewFence = func(int, string) uint64 { // a grant's fence comes from the database (fencing.go)
+		f, err := t.newFence(ctx)
+		if err != nil {
+			fenceErr = err
+			return 0
+		}
+		return uint64(f)
+	}
 	var missing []dbKey
 	opErr := op(&model.View{
 		Now:    now,
@@ -89,6 +98,10 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 	if len(missing) > 0 {
 		t.rollback()
 		return missing, nil
+	}
+	if fenceErr != nil {
+		t.rollback()
+		return nil, tryAgain(fmt.Errorf("taking a fence: %w", fenceErr))
 	}
 	after := make(map[dbKey]state, len(keys))
 	for _, k := range keys {
@@ -109,12 +122,14 @@ func load(sp *model.Space, states map[dbKey]state, now int64) error {
 		case !s.live(now):
 		case s.kind == model.KindString:
 			sp.Put(k.db, k.key, model.Entry{Token: s.token, Deadline: s.deadline})
+			sp.SetFence(k.db, k.key, uint64(s.fencing))
 		default:
 			o, err := model.Decode(s.kind, s.token)
 			if err != nil {
 				return backend.Reply(fmt.Sprintf("ERR lockproxy: the lease row of key '%s' in database %d holds no value of kind %d (%v)", k.key, k.db, s.kind, err))
 			}
 			sp.PutObject(k.db, k.key, o, s.deadline)
+			sp.SetFence(k.db, k.key, uint64(s.fencing))
 		}
 	}
 	return nil
@@ -128,9 +143,9 @@ func readState(sp *model.Space, k dbKey, now int64) state {
 		return state{}
 	case o != nil:
 		kind, data := model.Encode(o)
-		return state{present: true, kind: kind, token: data, deadline: e.Deadline}
+		return state{present: true, kind: kind, token: data, deadline: e.Deadline, fencing: int64(e.Fence)}
 	}
-	return state{present: true, token: append(make([]byte, 0, len(e.Token)), e.Token...), deadline: e.Deadline} // never nil: a nil []byte is SQL NULL
+	return state{present: true, token: append(make([]byte, 0, len(e.Token)), e.Token...), deadline: e.Deadline, fencing: int64(e.Fence)} // never nil: a nil []byte is SQL NULL
 }
 
 // live reports whether s is present and not expired at now (Unix ms).

@@ -80,10 +80,12 @@ func aliveDDL(schema string) string {
 }
 
 // fillMark is a data-modifying WITH clause that fills an empty
-// incarnation mark; `EXISTS (SELECT FROM mark)` is true in the statement
-// that filled it, which then carries the horizon.
+// incarnation mark; `EXISTS (SELECT FROM raised)` is true in the statement
+// that filled it, which then carries the horizon and, in evaluating it,
+// raises the fencing tokens' sequence (fencing.go).
 func fillMark(schema string) string {
-	return `WITH mark AS (INSERT INTO ` + schema + `.horizon_alive (one) VALUES (true) ON CONFLICT DO NOTHING RETURNING one) `
+	return `WITH mark AS (INSERT INTO ` + schema + `.horizon_alive (one) VALUES (true) ON CONFLICT DO NOTHING RETURNING one),
+		raised AS (` + raiseFences(schema+".fencing_tokens") + `) `
 }
 
 // cover makes sure the horizon covers deadline (Unix ms on this process's
@@ -102,7 +104,7 @@ func (a *advisory) cover(ctx context.Context, deadline int64) error {
 	h := fillMark(a.b.cfg.Schema) + `INSERT INTO ` + a.b.cfg.Schema + `.horizon AS h (one, pm_start, horizon_ms)
 		VALUES (true, pg_postmaster_start_time(), LEAST(` + pgNowMS + `::numeric + $1::bigint, 9223372036854775807)::bigint)
 		ON CONFLICT (one) DO UPDATE SET
-			carried_ms = CASE WHEN h.pm_start <> EXCLUDED.pm_start OR EXISTS (SELECT FROM mark) THEN GREATEST(h.carried_ms, h.horizon_ms) ELSE h.carried_ms END,
+			carried_ms = CASE WHEN EXISTS (SELECT FROM raised) OR h.pm_start <> EXCLUDED.pm_start THEN GREATEST(h.carried_ms, h.horizon_ms) ELSE h.carried_ms END,
 			horizon_ms = CASE WHEN h.pm_start <> EXCLUDED.pm_start THEN EXCLUDED.horizon_ms ELSE GREATEST(h.horizon_ms, EXCLUDED.horizon_ms) END,
 			pm_start = EXCLUDED.pm_start
 		RETURNING LEAST(h.horizon_ms::numeric - ` + pgNowMS + `, 9223372036854775807)::bigint`
@@ -125,7 +127,7 @@ func (a *advisory) quarantineAfter(ctx context.Context, conn *pgx.Conn) error {
 	// it), so a carry that filled the mark first and then waited for the
 	// row would deadlock against it (a third session holding the row shows
 	// it).
-	carry := fillMark(a.b.cfg.Schema) + `UPDATE ` + a.b.cfg.Schema + `.horizon SET carried_ms = GREATEST(carried_ms, horizon_ms) WHERE EXISTS (SELECT FROM mark)`
+	carry := fillMark(a.b.cfg.Schema) + `UPDATE ` + a.b.cfg.Schema + `.horizon SET carried_ms = GREATEST(carried_ms, horizon_ms) WHERE EXISTS (SELECT FROM raised)`
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT FROM `+a.b.cfg.Schema+`.horizon FOR UPDATE`); err != nil {
 			return err

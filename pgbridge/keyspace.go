@@ -306,7 +306,8 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	if err := checkDB(db); err != nil {
 		return backend.Value{}, err
 	}
-	if keycmd.WholeKeySpace(strings.ToLower(string(args[0]))) {
+	name := strings.ToLower(string(args[0]))
+	if keycmd.WholeKeySpace(name) {
 		return b.whole(ctx, db, args)
 	}
 	dk := make([]dbKey, len(keys))

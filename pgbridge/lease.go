@@ -92,7 +92,7 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 		pb.Queue(`SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, $2::int::bigint))`, hashText(k.key), k.db)
 	}
 	for _, k := range t.keys {
-		pb.Queue(`SELECT token, kind, deadline_ms
+		pb.Queue(`SELECT token, kind, deadline_ms, fencing_token
 			FROM `+t.s.b.table+` WHERE db = $1 AND key = $2 FOR UPDATE`, k.db, []byte(k.key))
 	}
 	br := t.conn.SendBatch(ctx, &pb)
@@ -114,17 +114,21 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 	for _, k := range t.keys {
 		var tok []byte
 		var kind int16
-		var dl *int64
-		err := br.QueryRow().Scan(&tok, &kind, &dl)
+		var dl, fencing *int64
+		err := br.QueryRow().Scan(&tok, &kind, &dl, &fencing)
+		f := int64(0)
+		if fencing != nil {
+			f = *fencing
+		}
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			t.states[k] = state{}
 		case err != nil:
 			return false, err
 		case dl == nil:
-			t.states[k] = state{present: true, kind: uint8(kind), token: tok}
+			t.states[k] = state{present: true, kind: uint8(kind), token: tok, fencing: f}
 		case *dl > t.pgNow:
-			t.states[k] = state{present: true, kind: uint8(kind), token: tok, deadline: *dl}
+			t.states[k] = state{present: true, kind: uint8(kind), token: tok, deadline: *dl, fencing: f}
 		default:
 			t.states[k] = state{}
 		}
@@ -146,10 +150,11 @@ func (t *leaseTx) commit(ctx context.Context, after map[dbKey]state) error {
 			pb.Queue(`DELETE FROM `+t.s.b.table+` WHERE db = $1 AND key = $2`, k.db, []byte(k.key))
 			continue
 		}
-		pb.Queue(`INSERT INTO `+t.s.b.table+` (db, key, lock_id, token, kind, deadline_ms, holder)
-			VALUES ($1::int, $2, hashtextextended($3::text, $1::int::bigint), $4, $6, $5, 'lease')
-			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, kind = EXCLUDED.kind, deadline_ms = EXCLUDED.deadline_ms`,
-			k.db, []byte(k.key), hashText(k.key), s.token, deadlineParam(s.deadline), int16(s.kind))
+		pb.Queue(`INSERT INTO `+t.s.b.table+` (db, key, lock_id, token, kind, deadline_ms, holder, fencing_token)
+			VALUES ($1::int, $2, hashtextextended($3::text, $1::int::bigint), $4, $6, $5, 'lease', $7)
+			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, kind = EXCLUDED.kind, deadline_ms = EXCLUDED.deadline_ms,
+				fencing_token = EXCLUDED.fencing_token`,
+			k.db, []byte(k.key), hashText(k.key), s.token, deadlineParam(s.deadline), int16(s.kind), fencingParam(s.fencing))
 	}
 	pb.Queue("COMMIT")
 	if err := t.conn.SendBatch(ctx, &pb).Close(); err != nil {
@@ -319,11 +324,12 @@ func (s *leaseStore) acquireTTL(ctx context.Context, k dbKey, token []byte, ttl 
 	var locked bool
 	err = s.b.pool.QueryRow(ctx, `WITH l AS MATERIALIZED (
 			SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, $1::int::bigint)) AS ok),
-		w AS (INSERT INTO `+s.b.table+` AS t (db, key, lock_id, token, deadline_ms, holder)
+		w AS (INSERT INTO `+s.b.table+` AS t (db, key, lock_id, token, deadline_ms, holder, fencing_token)
 			SELECT $1::int, $2::bytea, hashtextextended($3::text, $1::int::bigint), $4::bytea,
-				LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint, 'lease'
+				LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint, 'lease', nextval('`+s.b.fencing+`')
 			FROM l WHERE ok
-			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, kind = 0, deadline_ms = EXCLUDED.deadline_ms
+			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, kind = 0, deadline_ms = EXCLUDED.deadline_ms,
+				fencing_token = EXCLUDED.fencing_token
 				WHERE NOT `+leaseLive("t.deadline_ms")+`
 			RETURNING 1)
 		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM w)`,

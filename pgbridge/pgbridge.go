@@ -74,6 +74,7 @@ type Backend struct {
 	cfg      Config
 	pool     *pgxpool.Pool
 	table    string // quoted schema.leases
+	fencing  string // schema.fencing_tokens, their sequence (fencing.go)
 	instance string // random per process: this instance's name in lease rows and its NOTIFY channel
 	runner   *luascripts.Runner
 	log      *slog.Logger
@@ -120,11 +121,12 @@ type state struct {
 	kind     uint8
 	token    []byte
 	deadline int64
+	fencing  int64 // the grant's fencing token, from the sequence (fencing.go); 0: none known
 }
 
 // same reports whether s and o are the same state.
 func (s state) same(o state) bool {
-	return s.present == o.present && s.kind == o.kind && bytes.Equal(s.token, o.token) && s.deadline == o.deadline
+	return s.present == o.present && s.kind == o.kind && bytes.Equal(s.token, o.token) && s.deadline == o.deadline && s.fencing == o.fencing
 }
 
 // strategy is where the locks live, and owns everything in which the two
@@ -206,6 +208,9 @@ type tx interface {
 	commit(ctx context.Context, after map[dbKey]state) error
 	// rollback undoes prepare.
 	rollback()
+	// newFence takes the next fence from the sequence for a grant the
+	// operation makes (fencing.go).
+	newFence(ctx context.Context) (int64, error)
 }
 
 // heldError reports keys that another holder has: another lockproxy
@@ -272,7 +277,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	id := make([]byte, 8)
 	rand.Read(id)
 	b := &Backend{
-		cfg: cfg, pool: pool, table: cfg.Schema + ".leases", instance: hex.EncodeToString(id),
+		cfg: cfg, pool: pool, table: cfg.Schema + ".leases", fencing: cfg.Schema + ".fencing_tokens", instance: hex.EncodeToString(id),
 		runner: cfg.Runner,
 		log:    cfg.Logger, seed: maphash.MakeSeed(), outage: outage{log: cfg.Logger},
 	}
@@ -340,12 +345,17 @@ func (b *Backend) createSchema(ctx context.Context) error {
 				ELSE to_timestamp(deadline_ms / 1000.0) END) STORED,
 			holder     text        NOT NULL,
 			holder_pid integer     NOT NULL DEFAULT 0,
+			fencing_token bigint,
 			PRIMARY KEY (db, key))`,
 		"ALTER TABLE " + b.table + " SET " + persistence,
 		// kind is the value's type (model.Kind…; 0, a string, in tables
 		// made before other types were kept): token holds a value of
 		// another type in model.Encode's form.
 		"ALTER TABLE " + b.table + " ADD COLUMN IF NOT EXISTS kind smallint NOT NULL DEFAULT 0",
+		// fencing_token is the grant's (fencing.go); NULL in rows written
+		// before fencing tokens.
+		"ALTER TABLE " + b.table + " ADD COLUMN IF NOT EXISTS fencing_token bigint",
+		"CREATE SEQUENCE IF NOT EXISTS " + b.fencing,
 		// For people: key and token as text (bytes outside printable ASCII
 		// as \ooo escapes), psql showing bytea in hex otherwise.
 		`DO $$ BEGIN

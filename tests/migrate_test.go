@@ -283,7 +283,8 @@ func TestMigratingLegacyKilledMidRun(t *testing.T) {
 
 // TestMigratingHistory is the history checker over a rolling switch:
 // workers split between the legacy Redis directly and the migrating
-// lockproxy (go-redis, redsync and bsm/redislock in turn) contend on two
+// lockproxy (go-redis, redsync and bsm/redislock in turn: the legacy Redis
+// has no fences) contend on two
 // keys, for every backend. No two of them may hold a key at once, and
 // both populations must get grants.
 func TestMigratingHistory(t *testing.T) {
@@ -297,7 +298,7 @@ func TestMigratingHistory(t *testing.T) {
 				if w%2 == 0 {
 					target = lr.Addr // even workers: the legacy Redis directly
 				}
-				l, err := lockcheck.NewLocker(lockcheck.Clients[(w/2)%len(lockcheck.Clients)], target)
+				l, err := lockcheck.NewLocker(lockcheck.RedisClients[(w/2)%len(lockcheck.RedisClients)], target)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -200,6 +200,7 @@ func (c *call) place(db int, key string, e Entry, o Object) {
 		sp.PutObject(db, key, o, e.Deadline)
 		return
 	}
+	e.Fence = 0 // the source's is no fence of this key's (Put)
 	sp.Put(db, key, e)
 }
 

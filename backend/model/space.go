@@ -6,13 +6,18 @@ import (
 	"github.com/lockproxy/lockproxy/backend"
 )
 
-// Entry is one key's token and deadline.
+// Entry is one key's token, deadline and fence.
 type Entry struct {
 	// Token is a string key's value, never nil (Put stores an empty
 	// token as empty, not nil); nil for a key holding an Object, which
 	// the Space keeps beside it (Lookup).
 	Token    []byte
 	Deadline int64 // Unix milliseconds; 0: none
+	// Fence is the fencing token of the key's grant (docs/fencing.md):
+	// given when the key is created or its token replaced by another,
+	// kept by every other change (an extend, a re-entrant HINCRBY).
+	// Each is greater than every fence the Space gave before (nextFence).
+	Fence uint64
 }
 
 // IsString reports whether e is a string key's entry.
@@ -35,11 +40,63 @@ type Space struct {
 	objs    [backend.Databases]map[string]Object // the values of the entries whose Token is nil
 	peak    [backend.Databases]int               // most entries each map held since it was last rebuilt
 	expired uint64                               // keys deleted because their deadline passed
+	fence   uint64                               // the last fence given (nextFence)
+	clock   int64                                // the latest time a command ran at (Get)
+	// NewFence, when set, gives the fences instead of the Space's own
+	// counter: a backend whose fences come from elsewhere (PostgreSQL's
+	// sequence). 0 means it could not; the caller must not commit then.
+	NewFence func(db int, key string) uint64
+}
+
+// fencesPerMilli is how far the fences run ahead of the clock: a fence is
+// at least the clock's Unix milliseconds times this (its microseconds), so
+// that a Space made after a restart gives greater fences than the one
+// before it, which gave fewer than this many per millisecond (a shard
+// gives a few hundred at most), as long as the clock did not step back
+// over the restart. The fences of 2026 are about 1.8e15: below 2^53, so a
+// script's Lua number holds one exactly (Redis's Lua and gopher-lua keep
+// numbers as doubles), until the year 2255.
+const fencesPerMilli = 1000
+
+// nextFence gives key a new fence.
+func (s *Space) nextFence(db int, key string) uint64 {
+	if s.NewFence != nil {
+		return s.NewFence(db, key)
+	}
+	s.fence = max(s.fence+1, uint64(max(s.clock, 0))*fencesPerMilli)
+	return s.fence
+}
+
+// SetFence sets a live key's fence as it is (0: none known), for a
+// backend that loads keys whose fences it keeps elsewhere.
+func (s *Space) SetFence(db int, key string, f uint64) {
+	if e, ok := s.dbs[db][key]; ok {
+		e.Fence = f
+		s.dbs[db][key] = e
+	}
+}
+
+// RaiseFence makes every fence the Space gives from now on greater than
+// f: memory's start (the clock in nanoseconds, above anything the process
+// before it gave), or a backend that keeps its fences elsewhere and must
+// tell a new one from those it loaded.
+func (s *Space) RaiseFence(f uint64) { s.fence = max(s.fence, f) }
+
+// fenceFor is the fence of e written under key: the key's own when it is
+// live holding the same token, else a new one.
+func (s *Space) fenceFor(db int, key string, e Entry) uint64 {
+	if old, ok := s.dbs[db][key]; ok && old.Live(s.clock) && e.Token != nil && bytes.Equal(old.Token, e.Token) {
+		return old.Fence
+	}
+	return s.nextFence(db, key)
 }
 
 // Get returns key's live entry; a key past its deadline is deleted and
 // counted as expired.
 func (s *Space) Get(db int, key string, now int64) (Entry, bool) {
+	if now > s.clock {
+		s.clock = now
+	}
 	m := s.dbs[db]
 	e, ok := m[key]
 	if ok && !e.Live(now) {
@@ -71,7 +128,7 @@ func (s *Space) drop(db int, key string) {
 
 // Put writes the string entry e under key as it is, whatever was there
 // (MSET, or a state loaded from elsewhere). A nil Token is the empty
-// string.
+// string. A zero Fence is filled in (fenceFor).
 func (s *Space) Put(db int, key string, e Entry) {
 	if e.Token == nil {
 		e.Token = emptyToken
@@ -83,7 +140,7 @@ func (s *Space) Put(db int, key string, e Entry) {
 }
 
 // PutObject writes o under key with deadline (0: none), whatever was
-// there.
+// there, with a new fence.
 func (s *Space) PutObject(db int, key string, o Object, deadline int64) {
 	if s.objs[db] == nil {
 		s.objs[db] = make(map[string]Object)
@@ -93,6 +150,9 @@ func (s *Space) PutObject(db int, key string, o Object, deadline int64) {
 }
 
 func (s *Space) put(db int, key string, e Entry) {
+	if e.Fence == 0 {
+		e.Fence = s.fenceFor(db, key, e)
+	}
 	m := s.dbs[db]
 	if m == nil {
 		m = make(map[string]Entry)
@@ -120,6 +180,10 @@ func (s *Space) Set(db int, key string, tok []byte, o backend.SetOptions, now in
 		return res, nil
 	}
 	res.Written = true
+	fence := uint64(0) // a new one, unless the same token is written again (put)
+	if live && cur.IsString() && bytes.Equal(cur.Token, tok) {
+		fence = cur.Fence
+	}
 	var exp int64
 	switch {
 	case o.KeepTTL && live:
@@ -131,7 +195,10 @@ func (s *Space) Set(db int, key string, tok []byte, o backend.SetOptions, now in
 			return res, nil
 		}
 	}
-	s.Put(db, key, Entry{Token: tok, Deadline: exp})
+	if fence == 0 {
+		fence = s.nextFence(db, key)
+	}
+	s.Put(db, key, Entry{Token: tok, Deadline: exp, Fence: fence})
 	return res, nil
 }
 

@@ -37,6 +37,7 @@ func init() {
 		"keys": cmdKeys, "scan": cmdScan, "randomkey": cmdRandomKey,
 		"flushdb": cmdFlush, "flushall": cmdFlush,
 		"rename": cmdRename, "renamenx": cmdRename, "copy": cmdCopy, "object": cmdObject,
+		"lockproxy": cmdLockproxy,
 	}
 	for name, h := range hashHandlers {
 		handlers[name] = h

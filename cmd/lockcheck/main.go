@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	fmt.Fprintf(stdout, "lockcheck %s via %s: %s", addr, client, rep)
-	if len(rep.Violations) > 0 {
+	if len(rep.Violations)+len(rep.FenceViolations) > 0 {
 		return exitViolation
 	}
 	return exitOK

@@ -89,3 +89,26 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckFences(t *testing.T) {
+	ms := time.Millisecond
+	iv := func(key string, sent, start time.Duration, fence uint64) Interval {
+		return Interval{Key: key, Sent: sent * ms, Start: start * ms, End: (start + 5) * ms, Fence: fence}
+	}
+	cases := []struct {
+		name string
+		ivs  []Interval
+		want int
+	}{
+		{"growing", []Interval{iv("k", 0, 1, 10), iv("k", 2, 3, 11), iv("k", 4, 5, 20)}, 0},
+		{"equal after", []Interval{iv("k", 0, 1, 10), iv("k", 2, 3, 10)}, 1},
+		{"smaller after", []Interval{iv("k", 0, 1, 10), iv("k", 2, 3, 11), iv("k", 4, 5, 9)}, 1},
+		{"concurrent asks are not ordered", []Interval{iv("k", 0, 3, 11), iv("k", 1, 2, 10)}, 0},
+		{"keys apart", []Interval{iv("a", 0, 1, 10), iv("b", 2, 3, 5)}, 0},
+	}
+	for _, c := range cases {
+		if got := CheckFences(c.ivs); len(got) != c.want {
+			t.Errorf("%s: %d violations (%+v); want %d", c.name, len(got), got, c.want)
+		}
+	}
+}

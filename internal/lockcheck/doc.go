@@ -24,7 +24,13 @@
 //
 // The checker assumes the clocks of the client and of the lock service run at
 // the same rate (within drift), as Redlock itself does. It does not check
-// fencing, liveness or fairness.
+// liveness or fairness.
+//
+// With a FencedLocker each grant also records its fence, and CheckFences
+// reports every grant whose fence is not greater than that of a grant of
+// the same key made before it was asked for (granted before its request
+// was sent): the order of grants is the clients' real-time order, so the
+// check needs no clock of the service.
 //
 // GoRedisLocker, RedsyncLocker and RedislockLocker drive real client
 // libraries (go-redis SET NX PX with a compare-and-delete script, redsync v4

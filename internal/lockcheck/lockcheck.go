@@ -22,6 +22,15 @@ type Locker interface {
 	Release(ctx context.Context, key, token string) error
 }
 
+// FencedLocker is a Locker whose grants come with their fencing token
+// (docs/fencing.md): Run records it, and Check reports grants whose fences
+// do not grow.
+type FencedLocker interface {
+	Locker
+	// AcquireFenced is Acquire that also returns the grant's fence.
+	AcquireFenced(ctx context.Context, key, token string, ttl time.Duration) (bool, uint64, error)
+}
+
 // Config describes one checked run. Zero fields take the defaults noted.
 type Config struct {
 	Workers int    // concurrent workers, each with its own Locker; default: 8
@@ -103,8 +112,10 @@ type Interval struct {
 	Key    string
 	Worker int
 	Token  string
+	Sent   time.Duration // acquire request sent
 	Start  time.Duration // acquire reply received
 	End    time.Duration // min(release sent, acquire sent + TTL − drift)
+	Fence  uint64        // the grant's fence (FencedLocker); 0: none
 }
 
 // Run drives the workload described by cfg and checks its history. It
@@ -153,6 +164,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Intervals: all,
 	}
 	rep.Violations, rep.WorstOverlap = Check(all)
+	if _, ok := lockers[0].(FencedLocker); ok {
+		rep.Fenced = true
+		rep.FenceViolations = CheckFences(all)
+	}
 	return rep, nil
 }
 
@@ -199,7 +214,14 @@ func (w *worker) attempt(ctx context.Context) (Interval, bool) {
 
 	sent := time.Since(w.start)
 	actx, cancel := context.WithTimeout(opCtx, w.cfg.OpTimeout)
-	ok, err := w.l.Acquire(actx, key, token, w.cfg.TTL)
+	var fence uint64
+	var ok bool
+	var err error
+	if fl, is := w.l.(FencedLocker); is {
+		ok, fence, err = fl.AcquireFenced(actx, key, token, w.cfg.TTL)
+	} else {
+		ok, err = w.l.Acquire(actx, key, token, w.cfg.TTL)
+	}
 	cancel()
 	got := time.Since(w.start)
 	switch {
@@ -222,7 +244,7 @@ func (w *worker) attempt(ctx context.Context) (Interval, bool) {
 	}
 	end := min(time.Since(w.start), bound)
 	w.release(opCtx, key, token)
-	return Interval{Key: key, Worker: w.id, Token: token, Start: got, End: end}, true
+	return Interval{Key: key, Worker: w.id, Token: token, Sent: sent, Start: got, End: end, Fence: fence}, true
 }
 
 func (w *worker) release(ctx context.Context, key, token string) {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,7 +16,7 @@ import (
 // client; the checker must not report violations against it.
 func TestSafeStore(t *testing.T) {
 	r := testsrv.StartRedis(t)
-	for _, client := range Clients {
+	for _, client := range RedisClients { // the fenced one: TestFencesOnLockproxy
 		t.Run(client, func(t *testing.T) {
 			rep, err := Run(t.Context(), Config{
 				Workers: 8, Keys: 2, TTL: 500 * time.Millisecond, Hold: 2 * time.Millisecond,
@@ -32,6 +34,32 @@ func TestSafeStore(t *testing.T) {
 				t.Errorf("grants %d, contended %d: no real contention", rep.Grants, rep.Contended)
 			}
 		})
+	}
+}
+
+// TestFencesOnLockproxy: the fenced client against lockproxy's memory
+// backend sees every grant fenced, each key's fences growing.
+func TestFencesOnLockproxy(t *testing.T) {
+	addr := testsrv.StartLockproxy(t, proxy.Config{}, memory.New(memory.Config{}))
+	rep, err := Run(t.Context(), Config{
+		Workers: 8, Keys: 2, TTL: 500 * time.Millisecond, Hold: 2 * time.Millisecond, Duration: time.Second,
+		NewLocker: func(int) Locker { return NewFencedLocker(addr) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(rep)
+	if !rep.Fenced || len(rep.Violations)+len(rep.FenceViolations) != 0 || rep.ErrorCount() != 0 {
+		t.Errorf("fenced %v, %d violations, %d fence violations, %d errors; want fenced and none",
+			rep.Fenced, len(rep.Violations), len(rep.FenceViolations), rep.ErrorCount())
+	}
+	if rep.Grants < 20 || rep.Contended == 0 {
+		t.Errorf("grants %d, contended %d: no real contention", rep.Grants, rep.Contended)
+	}
+	for _, iv := range rep.Intervals {
+		if iv.Fence == 0 {
+			t.Fatalf("grant %+v without a fence", iv)
+		}
 	}
 }
 

@@ -62,6 +62,43 @@ func (l *GoRedisLocker) Release(ctx context.Context, key, token string) error {
 // Close closes the client.
 func (l *GoRedisLocker) Close() error { return l.C.Close() }
 
+// fencedAcquire is SET NX PX and, when it wrote, the grant's fence read in
+// the same atomic call (docs/fencing.md).
+var fencedAcquire = redis.NewScript(`if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('lockproxy', 'fence', KEYS[1], ARGV[1])
+end
+return false`)
+
+// FencedGoRedisLocker is GoRedisLocker acquiring by a script that also reads the
+// grant's fence from lockproxy (lockcheck.FencedLocker).
+type FencedGoRedisLocker struct{ GoRedisLocker }
+
+// NewFencedLocker returns a FencedGoRedisLocker talking to addr.
+func NewFencedLocker(addr string) *FencedGoRedisLocker {
+	return &FencedGoRedisLocker{GoRedisLocker{C: redis.NewClient(ClientOptions(addr))}}
+}
+
+// Acquire implements Locker.
+func (l *FencedGoRedisLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	ok, _, err := l.AcquireFenced(ctx, key, token, ttl)
+	return ok, err
+}
+
+// AcquireFenced implements FencedLocker. A grant without a fence is an
+// error: lockproxy gives every grant one.
+func (l *FencedGoRedisLocker) AcquireFenced(ctx context.Context, key, token string, ttl time.Duration) (bool, uint64, error) {
+	f, err := fencedAcquire.Run(ctx, l.C, []string{key}, token, ttl.Milliseconds()).Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false, 0, nil
+	case err != nil:
+		return false, 0, err
+	case f <= 0:
+		return false, 0, fmt.Errorf("lockcheck: a grant with fence %d", f)
+	}
+	return true, uint64(f), nil
+}
+
 // RedsyncLocker is client-side Redlock from go-redsync/redsync v4 with one
 // pool: lockproxy is the one "node", so redsync's quorum is 1 and its own
 // validity check (elapsed + drift < TTL) applies on top of the service's.
@@ -182,9 +219,15 @@ func NewLocker(client, addr string) (Locker, error) {
 		return NewRedsyncLocker(addr), nil
 	case "redislock":
 		return NewRedislockLocker(addr), nil
+	case "fenced":
+		return NewFencedLocker(addr), nil
 	}
-	return nil, fmt.Errorf("lockcheck: unknown client %q (want goredis, redsync or redislock)", client)
+	return nil, fmt.Errorf("lockcheck: unknown client %q (want goredis, redsync, redislock or fenced)", client)
 }
 
-// Clients are the names NewLocker knows.
-var Clients = []string{"goredis", "redsync", "redislock"}
+// RedisClients are the names NewLocker knows whose lockers run on any
+// Redis; Clients all of them, "fenced" (lockproxy's LOCKPROXY FENCE) too.
+var (
+	RedisClients = []string{"goredis", "redsync", "redislock"}
+	Clients      = append(RedisClients[:len(RedisClients):len(RedisClients)], "fenced")
+)

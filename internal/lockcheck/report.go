@@ -27,6 +27,9 @@ type Report struct {
 	Violations   []Violation   // overlapping grants of different workers on one key, in key and time order
 	WorstOverlap time.Duration // the longest overlap among Violations
 
+	Fenced          bool             // the grants came with fences (FencedLocker)
+	FenceViolations []FenceViolation // grants whose fence did not grow (CheckFences)
+
 	Intervals []Interval // every grant, for further analysis
 }
 
@@ -35,6 +38,13 @@ type Violation struct {
 	Key     string
 	A, B    Interval // A started first
 	Overlap time.Duration
+}
+
+// FenceViolation is two grants of one key where B was asked for after A
+// was granted, and B's fence is not greater than A's.
+type FenceViolation struct {
+	Key  string
+	A, B Interval
 }
 
 // ErrorCount is the number of failed acquires of every kind.
@@ -55,6 +65,9 @@ func (r *Report) String() string {
 	if len(r.Violations) > 0 {
 		fmt.Fprintf(&b, ", worst overlap %v", r.WorstOverlap)
 	}
+	if r.Fenced {
+		fmt.Fprintf(&b, ", %d fence violations", len(r.FenceViolations))
+	}
 	b.WriteByte('\n')
 	for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
 		fmt.Fprintf(&b, "  acquire error %-18s %6d  e.g. %q\n", k, r.Errors[k], r.ErrorSamples[k])
@@ -70,6 +83,14 @@ func (r *Report) String() string {
 		}
 		fmt.Fprintf(&b, "  VIOLATION %s: worker %d %s [%v, %v] and worker %d %s [%v, %v] overlap %v\n",
 			v.Key, v.A.Worker, v.A.Token, v.A.Start, v.A.End, v.B.Worker, v.B.Token, v.B.Start, v.B.End, v.Overlap)
+	}
+	for i, v := range r.FenceViolations {
+		if i == shown {
+			fmt.Fprintf(&b, "  … and %d more fence violations\n", len(r.FenceViolations)-shown)
+			break
+		}
+		fmt.Fprintf(&b, "  FENCE VIOLATION %s: worker %d %s granted at %v with fence %d, then worker %d %s asked at %v and got fence %d\n",
+			v.Key, v.A.Worker, v.A.Token, v.A.Start, v.A.Fence, v.B.Worker, v.B.Token, v.B.Sent, v.B.Fence)
 	}
 	return b.String()
 }
@@ -107,4 +128,37 @@ func Check(ivs []Interval) ([]Violation, time.Duration) {
 		active = append(active, iv)
 	}
 	return out, worst
+}
+
+// CheckFences finds every grant B whose fence is not greater than that of
+// a grant A of the same key that was granted before B was asked for
+// (A.Start < B.Sent): the fences of one key must grow in the order of
+// its grants. It reports, for each such B, the A with the greatest fence.
+// Grants that arrived too late to be used count too: their fences were
+// given. The input is not modified.
+func CheckFences(ivs []Interval) []FenceViolation {
+	byKey := map[string][]Interval{}
+	for _, iv := range ivs {
+		byKey[iv.Key] = append(byKey[iv.Key], iv)
+	}
+	var out []FenceViolation
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		granted := slices.Clone(byKey[key])
+		slices.SortFunc(granted, func(a, b Interval) int { return cmp.Compare(a.Start, b.Start) })
+		asked := slices.Clone(byKey[key])
+		slices.SortFunc(asked, func(a, b Interval) int { return cmp.Compare(a.Sent, b.Sent) })
+		var top Interval // the greatest fence among the grants before the current ask
+		i := 0
+		for _, b := range asked {
+			for ; i < len(granted) && granted[i].Start < b.Sent; i++ {
+				if i == 0 || granted[i].Fence > top.Fence {
+					top = granted[i]
+				}
+			}
+			if i > 0 && b.Fence <= top.Fence {
+				out = append(out, FenceViolation{Key: key, A: top, B: b})
+			}
+		}
+	}
+	return out
 }

@@ -57,7 +57,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 type nemesis struct {
 	Name    string   // table row name, e.g. "kill -9 one node"
 	Backend string   // memory, quorum, postgres
-	Client  string   // goredis, redsync or redislock (lockcheck.Clients)
+	Client  string   // goredis, redsync, redislock or fenced (lockcheck.Clients)
 	Addrs   []string // lockproxy addresses; worker w talks to Addrs[w%len(Addrs)]
 
 	Workers, Keys int           // default: 12 workers on 3 keys
@@ -122,6 +122,9 @@ func runNemesis(t *testing.T, n nemesis, fault func(ctx context.Context)) *lockc
 	}
 	t.Logf("%s (%s, %s): %s", n.Name, n.Backend, n.Client, rep)
 	appendRow(t, n, rep)
+	if len(rep.FenceViolations) > 0 {
+		t.Errorf("%d fence violations: a grant's fence was not above an earlier grant's", len(rep.FenceViolations))
+	}
 	if len(rep.Violations) > 0 {
 		t.Errorf("%d violations: two clients held one lock at once (worst overlap %v)", len(rep.Violations), rep.WorstOverlap)
 	}

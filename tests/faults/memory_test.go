@@ -10,5 +10,5 @@ import (
 // the baseline row of the table.
 func TestMemoryBaseline(t *testing.T) {
 	addr := testsrv.StartMemoryProxy(t)
-	runNemesis(t, nemesis{Name: "none (baseline)", Backend: "memory", Client: "goredis", Addrs: []string{addr}}, nil)
+	runNemesis(t, nemesis{Name: "none (baseline)", Backend: "memory", Client: "fenced", Addrs: []string{addr}}, nil)
 }

@@ -22,11 +22,12 @@ import (
 // contend, and PostgreSQL shut down with -m immediate and started again
 // under two lockproxy instances with the workers split across them.
 
-// pgCheck runs cfg's workload with go-redis lockers (SET NX PX and the
-// compare-and-delete release) spread over the instances at addrs.
+// pgCheck runs cfg's workload with fenced go-redis lockers (SET NX PX and
+// the fence in one script, the compare-and-delete release) spread over the
+// instances at addrs: each key's fences must grow through the nemesis.
 func pgCheck(t *testing.T, cfg lockcheck.Config, addrs ...string) *lockcheck.Report {
 	t.Helper()
-	cfg.NewLocker = func(w int) lockcheck.Locker { return lockcheck.NewGoRedisLocker(addrs[w%len(addrs)]) }
+	cfg.NewLocker = func(w int) lockcheck.Locker { return lockcheck.NewFencedLocker(addrs[w%len(addrs)]) }
 	rep, err := lockcheck.Run(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +56,7 @@ func pgCheckUntil(t *testing.T, cfg lockcheck.Config, minGrants int64, addrs ...
 			total.Errors[k] += v
 		}
 		total.Violations = append(total.Violations, r.Violations...)
+		total.FenceViolations = append(total.FenceViolations, r.FenceViolations...)
 		total.WorstOverlap = max(total.WorstOverlap, r.WorstOverlap)
 	}
 	return total
@@ -65,7 +67,10 @@ func pgCheckUntil(t *testing.T, cfg lockcheck.Config, minGrants int64, addrs ...
 func pgVerdict(t *testing.T, name, strategy string, rep *lockcheck.Report, minGrants int64) {
 	t.Helper()
 	t.Logf("%s (%s): %s", name, strategy, rep)
-	appendRow(t, nemesis{Name: name, Backend: "postgres " + strategy, Client: "goredis"}, rep)
+	appendRow(t, nemesis{Name: name, Backend: "postgres " + strategy, Client: "fenced"}, rep)
+	if !rep.Fenced || len(rep.FenceViolations) > 0 {
+		t.Errorf("%s: fenced %v, %d fence violations: a grant's fence was not above an earlier grant's", name, rep.Fenced, len(rep.FenceViolations))
+	}
 	if len(rep.Violations) > 0 {
 		t.Errorf("%s: %d violations: two clients held one lock at once (worst overlap %v)", name, len(rep.Violations), rep.WorstOverlap)
 	}

@@ -1,0 +1,174 @@
+package tests
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/lockcheck"
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/pgbridge"
+)
+
+// fenceOf reads LOCKPROXY FENCE key token: 0 for nil.
+func fenceOf(t *testing.T, c *redis.Client, key, token string) int64 {
+	t.Helper()
+	f, err := c.Do(t.Context(), "LOCKPROXY", "FENCE", key, token).Int64()
+	if err == redis.Nil {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("LOCKPROXY FENCE %s %s: %v", key, token, err)
+	}
+	return f
+}
+
+// TestFences: every grant gets a fence, read by LOCKPROXY FENCE and LOCK
+// in RESP2 and RESP3, inside a script too; a new grant's fence is greater,
+// an extend and a re-entrant acquire keep it.
+func TestFences(t *testing.T) {
+	t.Parallel()
+	targets := map[string]func(t *testing.T) string{
+		"lockproxy": func(t *testing.T) string { return testsrv.StartMemoryProxy(t) },
+		"migrating": func(t *testing.T) string {
+			addr, _, _ := testsrv.StartMigratingProxy(t, "memory", memory.New(memory.Config{}))
+			return addr
+		},
+	}
+	for _, s := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		targets["pg-"+s] = func(t *testing.T) string { addr, _ := testsrv.StartPostgresProxy(t, s); return addr }
+	}
+	for name, start := range targets {
+		t.Run(name, func(t *testing.T) {
+			addr := start(t)
+			for _, proto := range []int{2, 3} {
+				c := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto, MaxRetries: -1})
+				defer c.Close()
+				checkFences(t, c, "p"+string(rune('0'+proto))+":")
+			}
+		})
+	}
+}
+
+func checkFences(t *testing.T, c *redis.Client, prefix string) {
+	ctx := t.Context()
+	k := prefix + "k"
+	last := map[string]int64{} // fences grow per key; different keys' are not comparable
+	grew := func(key, what string, f int64) {
+		t.Helper()
+		if f <= last[key] {
+			t.Errorf("%s: fence %d; want above %d", what, f, last[key])
+		}
+		last[key] = f
+	}
+	kept := func(key, what string, f int64) {
+		t.Helper()
+		if f != last[key] {
+			t.Errorf("%s: fence %d; want %d kept", what, f, last[key])
+		}
+	}
+	c.SetNX(ctx, k, "a", time.Minute)
+	grew(k, "SET NX", fenceOf(t, c, k, "a"))
+	if f := fenceOf(t, c, k, "b"); f != 0 {
+		t.Errorf("fence of another token = %d; want nil", f)
+	}
+	lock, err := c.Do(ctx, "LOCKPROXY", "LOCK", k).Slice()
+	if err != nil || len(lock) != 3 || lock[0] != "a" || lock[1] != last[k] || lock[2].(int64) <= 0 {
+		t.Errorf("LOCKPROXY LOCK %s = %v, %v; want [a %d PTTL]", k, lock, err, last[k])
+	}
+	if _, err := c.Do(ctx, "LOCKPROXY", "LOCK", prefix+"absent").Result(); err != redis.Nil {
+		t.Errorf("LOCKPROXY LOCK of an absent key: %v; want nil", err)
+	}
+	c.PExpire(ctx, k, 2*time.Minute)
+	kept(k, "PEXPIRE", fenceOf(t, c, k, "a"))
+	c.Set(ctx, k, "a", time.Minute)
+	kept(k, "SET of the same token", fenceOf(t, c, k, "a"))
+	c.Set(ctx, k, "b", time.Minute)
+	grew(k, "SET of another token", fenceOf(t, c, k, "b"))
+	c.Del(ctx, k)
+	c.SetNX(ctx, k, "b", time.Minute)
+	grew(k, "SET NX after a release, the same token", fenceOf(t, c, k, "b"))
+
+	// Redisson's re-entrant hash lock: HINCRBY creates it, again keeps it.
+	h := prefix + "h"
+	c.HIncrBy(ctx, h, "owner:1", 1)
+	grew(h, "HINCRBY creating the hash", fenceOf(t, c, h, "owner:1"))
+	c.HIncrBy(ctx, h, "owner:1", 1)
+	kept(h, "re-entrant HINCRBY", fenceOf(t, c, h, "owner:1"))
+	c.Del(ctx, h)
+	c.HIncrBy(ctx, h, "owner:1", 1)
+	grew(h, "HINCRBY after a release", fenceOf(t, c, h, "owner:1"))
+
+	// The fenced client's acquire: SET NX and the fence in one script.
+	s := prefix + "s"
+	l := lockcheck.NewFencedLocker(c.Options().Addr)
+	defer l.Close()
+	for range 3 {
+		ok, f, err := l.AcquireFenced(ctx, s, "t", time.Minute)
+		if !ok || err != nil {
+			t.Fatalf("fenced acquire = %v, %v", ok, err)
+		}
+		grew(s, "fenced acquire", int64(f))
+		if f := fenceOf(t, c, s, "t"); f != last[s] {
+			t.Errorf("LOCKPROXY FENCE after the fenced acquire = %d; want %d, what the script read", f, last[s])
+		}
+		if ok, _, err := l.AcquireFenced(ctx, s, "u", time.Minute); ok || err != nil {
+			t.Errorf("fenced acquire of a held key = %v, %v; want not granted", ok, err)
+		}
+		if err := l.Release(ctx, s, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, bad := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"LOCKPROXY", "nope", "k"}, "ERR unknown subcommand 'nope'. Try LOCKPROXY HELP."},
+		{[]any{"LOCKPROXY", "FENCE", "k"}, "ERR wrong number of arguments for 'lockproxy|fence' command"},
+		{[]any{"LOCKPROXY"}, "ERR wrong number of arguments for 'lockproxy' command"},
+	} {
+		if err := c.Do(ctx, bad.args...).Err(); err == nil || err.Error() != bad.want {
+			t.Errorf("%v: %v; want %q", bad.args, err, bad.want)
+		}
+	}
+}
+
+// A memory proxy started after another gives greater fences than it did:
+// they start above the clock in nanoseconds.
+func TestFencesAfterRestart(t *testing.T) {
+	t.Parallel()
+	var last int64
+	for range 3 {
+		c := redis.NewClient(&redis.Options{Addr: testsrv.StartMemoryProxy(t), MaxRetries: -1})
+		c.SetNX(t.Context(), "k", "a", time.Minute)
+		f := fenceOf(t, c, "k", "a")
+		if f <= last {
+			t.Errorf("fence %d after a restart; want above %d", f, last)
+		}
+		last = f
+		c.Close()
+	}
+}
+
+// The backends that do not give fences yet say so, never a made-up one.
+func TestFencesNotServedYet(t *testing.T) {
+	t.Parallel()
+	targets := map[string]func(t *testing.T) string{
+		"quorum3": func(t *testing.T) string { addr, _ := testsrv.StartQuorumProxy(t, 3); return addr },
+	}
+	for name, start := range targets {
+		t.Run(name, func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: start(t), MaxRetries: -1})
+			defer c.Close()
+			c.SetNX(t.Context(), "k", "a", time.Minute)
+			err := c.Do(t.Context(), "LOCKPROXY", "FENCE", "k", "a").Err()
+			if err == nil || !strings.Contains(err.Error(), "is not served by the") {
+				t.Errorf("LOCKPROXY FENCE: %v; want the backend's refusal", err)
+			}
+		})
+	}
+}
