@@ -174,7 +174,7 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 	if !q.ok { // held, or fenced (the batch unlocked it again)
 		return backend.SetResult{}, true, nil
 	}
-	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline, fencing: q.fencing}, lockID: q.id, h: h, gen: q.gen,
+	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen,
 		row: !deferred, deferred: deferred, granted: now.UnixMilli(), rowless: q.rowless}
 	st.owned[k] = e
 	a.rows.Add(1)

@@ -26,9 +26,9 @@
 //     one instance, by PUBLISH or by a script after its commit, reaches
 //     the subscribers of every instance LISTENing on the database, or the
 //     publisher gets an error.
-//   - Every grant gets a fencing token from a sequence, greater than every
-//     earlier one of its key across instances and PostgreSQL's restarts
-//     (fencing.go).
+//   - Every grant's fencing token, read by LOCKPROXY FENCE, comes from a
+//     sequence, greater than every earlier one of its key across instances
+//     and PostgreSQL's restarts (fencing.go).
 //   - A client's context never reaches a holder connection; exclusion on a
 //     shared holder session comes from this package's lease state, not
 //     from PostgreSQL alone.

@@ -2,30 +2,36 @@ package pgbridge
 
 import "context"
 
-// Fencing tokens (docs/fencing.md). Every grant — a key going from absent
-// to present, or a string's token replaced — takes the next value of the
-// sequence <schema>.fencing_tokens in the statement or transaction that grants
-// it, and keeps it in its lease (the row's fencing_token column, and the
-// advisory strategy's lease in memory); everything else keeps the fence.
-// A sequence never hands out a value twice while PostgreSQL runs, across
-// sessions and instances, so a later grant of a key has a greater fence.
+// Fencing tokens (docs/fencing.md). A grant — a key going from absent to
+// present, or a string's token replaced — takes the next value of the
+// sequence <schema>.fencing_tokens when its fence is first read (LOCKPROXY
+// FENCE or LOCK, model.Space.ReadFence), and keeps it in its lease (the
+// row's fencing_token column, and the advisory strategy's lease in
+// memory); a new grant clears it. So a lock nobody asks the fence of costs
+// nothing more: taking one in every acquire cost the advisory strategy
+// about an eighth of its lock rate (the sequence is one buffer every
+// grant of every session locks). A read happens while its grant is live:
+// after every earlier grant of the key ended and before any later one,
+// and a sequence never hands out a value twice while PostgreSQL runs,
+// across sessions and instances, so a later grant reads a greater fence.
 //
 // Across a crash of PostgreSQL a sequence can go back: nextval logs its
 // advance ahead in WAL, but a statement that writes nothing else (the
-// advisory strategy's acquire of a deferred lease) commits without
-// flushing it. So the first statement of a new incarnation — the one that
-// fills the incarnation mark and carries the horizon (horizon.go), before
-// any holder session takes a lock — also raises the sequence to at least
-// PostgreSQL's clock in Unix microseconds (raiseFences). The fences before
-// the crash were below the raise of their own incarnation plus one per
-// grant since, below the clock of the next one unless a thousand grants
-// were made per millisecond on average, or PostgreSQL's clock stepped back
-// over the crash. (Microseconds keep fences below 2^53, which a script's
-// Lua number holds exactly.) The lease strategy needs no raise: its grants are
-// write transactions, whose commit flushes the sequence's advance.
+// advisory strategy's read of a fence) commits without flushing it. So the
+// first statement of a new incarnation — the one that fills the
+// incarnation mark and carries the horizon (horizon.go), before any holder
+// session takes a lock — also raises the sequence to at least PostgreSQL's
+// clock in Unix microseconds (raiseFences). The fences before the crash
+// were below the raise of their own incarnation plus one per fence since,
+// below the clock of the next one unless a thousand were read per
+// millisecond on average, or PostgreSQL's clock stepped back over the
+// crash. (Microseconds keep fences below 2^53, which a script's Lua number
+// holds exactly.) The lease strategy's reads write their row in the same
+// transaction, whose commit flushes the advance; the raise costs nothing
+// there either way.
 //
-// Rows written before fences existed have none (NULL, 0 here): LOCKPROXY
-// FENCE answers nil for them until their next grant.
+// Rows written before fences existed have none (NULL, 0 here) and get one
+// at their first read, as a new grant's.
 
 // raiseFences is a SELECT of a WITH clause (fillMark's mark) that raises
 // the fencing tokens' sequence when the statement filled the mark; it yields one row

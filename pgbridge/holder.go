@@ -82,7 +82,6 @@ type query struct {
 	row      bool          // release: the lease has a row to delete
 	id       int64         // release: the lock id; acquire: the id it locked
 	ok       bool          // acquire: locked (and its row written unless deferred)
-	fencing  int64         // acquire: the grant's fencing token (fencing.go)
 	fenced   bool          // a write that found the key fenced (fence.go, deferred.go)
 	locks    bool          // a statement that takes advisory locks (held back by a quarantine, horizon.go)
 	sql      string
@@ -404,18 +403,17 @@ func anyRow(qs []*query) bool {
 // in the same statement. A deferred acquire's fences are checked by the
 // statement after it (checkSQL).
 func (h *holder) acquireSQL() string {
-	return `WITH l0 AS MATERIALIZED (
+	return `WITH l AS MATERIALIZED (
 			SELECT u.*, pg_try_advisory_lock(hashtextextended(u.ht, u.db::bigint)) AS ok, hashtextextended(u.ht, u.db::bigint) AS id
 			FROM unnest($1::int[], $2::bytea[], $3::text[], $4::bytea[], $5::bigint[], $7::bool[]) WITH ORDINALITY AS u(db, key, ht, token, deadline, d, ord)),
-		l AS MATERIALIZED (SELECT l0.*, CASE WHEN ok THEN nextval('` + h.a.b.fencing + `') END AS fencing FROM l0),
-		ins AS (INSERT INTO ` + h.a.b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid, fencing_token)
-			SELECT db, key, id, token, deadline, $6, pg_backend_pid(), fencing FROM l WHERE ok AND NOT d
+		ins AS (INSERT INTO ` + h.a.b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
+			SELECT db, key, id, token, deadline, $6, pg_backend_pid() FROM l WHERE ok AND NOT d
 			ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token, kind = 0,
 				deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid,
-				fencing_token = EXCLUDED.fencing_token
+				fencing_token = NULL
 			WHERE NOT ` + fencedBy("t") + `
 			RETURNING t.db, t.key)
-		SELECT l.ord, l.ok AND (l.d OR ins.db IS NOT NULL), l.id, CASE WHEN l.ok AND NOT l.d AND ins.db IS NULL THEN pg_advisory_unlock(l.id) END, l.fencing
+		SELECT l.ord, l.ok AND (l.d OR ins.db IS NOT NULL), l.id, CASE WHEN l.ok AND NOT l.d AND ins.db IS NULL THEN pg_advisory_unlock(l.id) END
 		FROM l LEFT JOIN ins ON ins.db = l.db AND ins.key = l.key ORDER BY l.ord`
 }
 
@@ -432,8 +430,8 @@ func (h *holder) acquireArgs(qs []*query) []any {
 	return []any{dbs, keys, hts, toks, dls, h.name, ds}
 }
 
-// readRows reads a merged statement's rows (ordinality, ok, id, a column
-// it ignores, and an acquire's fencing token) into its queries.
+// readRows reads a merged statement's rows (ordinality, ok, id, and a
+// column it ignores) into its queries.
 func readRows(br pgx.BatchResults, qs []*query, set func(q *query, ok bool, id int64) error) error {
 	rows, err := br.Query()
 	if err != nil {
@@ -445,21 +443,13 @@ func readRows(br pgx.BatchResults, qs []*query, set func(q *query, ok bool, id i
 		var ord, id int64
 		var ok bool
 		var extra *bool
-		var fencing *int64
-		dst := []any{&ord, &ok, &id, &extra, &fencing}
-		if len(rows.FieldDescriptions()) == 4 {
-			dst = dst[:4]
-		}
-		if err := rows.Scan(dst...); err != nil {
+		if err := rows.Scan(&ord, &ok, &id, &extra); err != nil {
 			return err
 		}
 		if ord < 1 || int(ord) > len(qs) {
 			return fmt.Errorf("merged statement answered row %d of %d", ord, len(qs))
 		}
 		q := qs[ord-1]
-		if fencing != nil {
-			q.fencing = *fencing
-		}
 		q.err = set(q, ok, id)
 		seen++
 	}

@@ -324,12 +324,12 @@ func (s *leaseStore) acquireTTL(ctx context.Context, k dbKey, token []byte, ttl 
 	var locked bool
 	err = s.b.pool.QueryRow(ctx, `WITH l AS MATERIALIZED (
 			SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, $1::int::bigint)) AS ok),
-		w AS (INSERT INTO `+s.b.table+` AS t (db, key, lock_id, token, deadline_ms, holder, fencing_token)
+		w AS (INSERT INTO `+s.b.table+` AS t (db, key, lock_id, token, deadline_ms, holder)
 			SELECT $1::int, $2::bytea, hashtextextended($3::text, $1::int::bigint), $4::bytea,
-				LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint, 'lease', nextval('`+s.b.fencing+`')
+				LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint, 'lease'
 			FROM l WHERE ok
 			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, kind = 0, deadline_ms = EXCLUDED.deadline_ms,
-				fencing_token = EXCLUDED.fencing_token
+				fencing_token = NULL
 				WHERE NOT `+leaseLive("t.deadline_ms")+`
 			RETURNING 1)
 		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM w)`,

@@ -34,13 +34,15 @@ func cmdLockproxy(c *call) (backend.Value, error) {
 		return lockproxyHelp, nil
 	}
 	key := c.key(2)
-	e, o, live := c.space(key).Lookup(c.db, key, c.v.Now)
-	if !live {
+	sp := c.space(key)
+	e, o, live := sp.Lookup(c.db, key, c.v.Now)
+	if !live || sub == "fence" && !holds(e, o, string(c.args[3])) {
 		return backend.Value{Kind: backend.KindNil}, nil
 	}
+	e.Fence = sp.ReadFence(c.db, key, e)
 	if sub == "fence" {
-		if e.Fence == 0 || !holds(e, o, string(c.args[3])) { // 0: written before fences (a PostgreSQL row)
-			return backend.Value{Kind: backend.KindNil}, nil
+		if e.Fence == 0 {
+			return backend.Value{Kind: backend.KindNil}, nil // none could be given: the backend fails the command
 		}
 		return backend.Int(int64(e.Fence)), nil
 	}

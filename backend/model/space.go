@@ -43,8 +43,10 @@ type Space struct {
 	fence   uint64                               // the last fence given (nextFence)
 	clock   int64                                // the latest time a command ran at (Get)
 	// NewFence, when set, gives the fences instead of the Space's own
-	// counter: a backend whose fences come from elsewhere (PostgreSQL's
-	// sequence). 0 means it could not; the caller must not commit then.
+	// counter, for a backend whose fences come from elsewhere (PostgreSQL's
+	// sequence), and only when one is read (ReadFence): a grant then
+	// leaves its fence 0. 0 means it could not; the caller must not
+	// commit then.
 	NewFence func(db int, key string) uint64
 }
 
@@ -58,13 +60,35 @@ type Space struct {
 // numbers as doubles), until the year 2255.
 const fencesPerMilli = 1000
 
-// nextFence gives key a new fence.
+// nextFence gives a new grant of key its fence: the Space's next one, or
+// 0 when NewFence gives them (at the first read: ReadFence).
 func (s *Space) nextFence(db int, key string) uint64 {
 	if s.NewFence != nil {
-		return s.NewFence(db, key)
+		return 0
 	}
 	s.fence = max(s.fence+1, uint64(max(s.clock, 0))*fencesPerMilli)
 	return s.fence
+}
+
+// ReadFence returns the fence of key's live entry e, giving it one first
+// when it has none (NewFence's grants, and keys loaded without one). A
+// fence given at its grant's first read is as good as one given at the
+// grant: the read happens while the grant is live, so after every earlier
+// grant of the key ended and was read, and before any later one. 0 when
+// none could be given.
+func (s *Space) ReadFence(db int, key string, e Entry) uint64 {
+	if e.Fence != 0 {
+		return e.Fence
+	}
+	f := uint64(0)
+	if s.NewFence != nil {
+		f = s.NewFence(db, key)
+	} else {
+		s.fence = max(s.fence+1, uint64(max(s.clock, 0))*fencesPerMilli)
+		f = s.fence
+	}
+	s.SetFence(db, key, f)
+	return f
 }
 
 // SetFence sets a live key's fence as it is (0: none known), for a
