@@ -87,12 +87,6 @@ func ErrWrongArgs(cmd string) string {
 	return "ERR wrong number of arguments for '" + strings.ToLower(cmd) + "' command"
 }
 
-// ErrUnserved is the refusal of a command a backend does not serve yet,
-// e.g. "ERR LOCKPROXY is not served by the quorum backend yet".
-func ErrUnserved(cmd, backendName string) string {
-	return "ERR " + strings.ToUpper(cmd) + " is not served by the " + backendName + " backend yet"
-}
-
 // ErrNoPerm is the ACL refusal of cmd to a user without the permission.
 func ErrNoPerm(cmd string) string {
 	return "NOPERM this user has no permissions to run the '" + strings.ToLower(cmd) + "' command"

@@ -48,10 +48,10 @@
 //
 // Not guaranteed: Redlock's safety rests on the nodes' clocks running at
 // about the same rate; a client paused past its TTL can still act on a
-// lock it lost (no fencing tokens on quorum yet: docs/fencing.md);
-// another proxy instance, or a client on the nodes directly, using the
-// same key and value within a repair's read and delete can lose its copy
-// on the repaired node.
+// lock it lost unless its resource checks the grant's fencing token
+// (fencing.go); another proxy instance, or a client on the nodes
+// directly, using the same key and value within a repair's read and
+// delete can lose its copy on the repaired node.
 //
 // One engine reaches the nodes: every operation runs on an event loop
 // with its own connection to each node (loop*.go, link.go) — the front

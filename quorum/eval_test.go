@@ -211,7 +211,10 @@ func TestClientScriptsWatch(t *testing.T) {
 		for _, n := range nodes {
 			rc := redis.NewClient(&redis.Options{Addr: n.Addr})
 			for _, k := range c.keys {
-				if !testsrv.Settled(func() bool { v, err := rc.Get(ctx, k).Result(); return (err == redis.Nil) == free && (free || v == "tok") }) {
+				if !testsrv.Settled(func() bool {
+					v, err := rc.Get(ctx, k).Result()
+					return (err == redis.Nil) == free && (free || v == "tok")
+				}) {
 					t.Fatalf("%s: node %s never settled on %s", c.file, n.Addr, k)
 				}
 			}

@@ -45,8 +45,8 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	switch name {
 	case "incr", "decr", "incrby", "decrby":
 		return b.counter(ctx, db, keys[0], name, args)
-	case "lockproxy": // fences on the nodes: docs/fencing.md
-		return backend.Value{}, backend.Reply(backend.ErrUnserved(name, "quorum"))
+	case "lockproxy": // fencing.go
+		return b.lockproxy(ctx, db, args)
 	}
 	c := keycmd.Lookup(args[0])
 	if c != nil && c.Write && len(keys) > 0 && !removesOnly[name] {

@@ -14,24 +14,12 @@ import (
 //	                           nil when none is known), else nil
 //	LOCKPROXY HELP
 func cmdLockproxy(c *call) (backend.Value, error) {
-	sub := lower(c.args[1])
-	want := 0
-	switch sub {
-	case "fence":
-		want = 4
-	case "lock":
-		want = 3
-	case "help":
-		want = 2
-	}
+	sub, err := CheckLockproxy(c.args)
 	switch {
-	case want == 0:
-		name := c.args[1][:min(len(c.args[1]), 128)] // as Redis prints it: %.128s
-		return backend.Value{}, backend.Reply("ERR unknown subcommand '" + string(name) + "'. Try LOCKPROXY HELP.")
-	case len(c.args) != want:
-		return backend.Value{}, backend.Reply(backend.ErrWrongArgs("lockproxy|" + sub))
+	case err != nil:
+		return backend.Value{}, err
 	case sub == "help":
-		return lockproxyHelp, nil
+		return LockproxyHelp, nil
 	}
 	key := c.key(2)
 	sp := c.space(key)
@@ -61,6 +49,30 @@ func cmdLockproxy(c *call) (backend.Value, error) {
 	return backend.Array(tok, fence, backend.Int(pttl)), nil
 }
 
+// CheckLockproxy checks LOCKPROXY's arguments (args[0] is its name) as
+// every backend answers them, and returns the subcommand in lower case:
+// fence, lock or help.
+func CheckLockproxy(args [][]byte) (string, error) {
+	sub := lower(args[1])
+	want := 0
+	switch sub {
+	case "fence":
+		want = 4
+	case "lock":
+		want = 3
+	case "help":
+		want = 2
+	}
+	switch {
+	case want == 0:
+		name := args[1][:min(len(args[1]), 128)] // as Redis prints it: %.128s
+		return "", backend.Reply("ERR unknown subcommand '" + string(name) + "'. Try LOCKPROXY HELP.")
+	case len(args) != want:
+		return "", backend.Reply(backend.ErrWrongArgs("lockproxy|" + sub))
+	}
+	return sub, nil
+}
+
 // holds reports whether a key's value holds tok: a string equal to it, a
 // hash with it as a field, a set or sorted set with it as a member.
 func holds(e Entry, o Object, tok string) bool {
@@ -78,7 +90,8 @@ func holds(e Entry, o Object, tok string) bool {
 	return false
 }
 
-var lockproxyHelp = backend.Array(
+// LockproxyHelp is LOCKPROXY HELP's reply.
+var LockproxyHelp = backend.Array(
 	backend.BulkString("LOCKPROXY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"),
 	backend.BulkString("FENCE <key> <token>"),
 	backend.BulkString("    The fencing token of the key's grant, if the key holds <token>; else nil."),

@@ -2,7 +2,9 @@
 // service (lockproxy, or any Redis) and checks the history for two clients
 // holding one lock at once (see internal/lockcheck). With -client fenced it
 // acquires with a script that also reads the grant's fence (LOCKPROXY
-// FENCE, lockproxy only) and checks that each key's fences grow.
+// FENCE, lockproxy only), with fence-read it reads the fence after SET NX
+// PX (for quorum, whose nodes run scripts), and checks that each key's
+// fences grow.
 //
 //	lockcheck -addr 127.0.0.1:6380 -workers 16 -keys 4 -ttl 500ms -hold 5ms -duration 30s -client goredis
 //

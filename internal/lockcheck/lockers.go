@@ -69,13 +69,27 @@ var fencedAcquire = redis.NewScript(`if redis.call('set', KEYS[1], ARGV[1], 'NX'
 end
 return false`)
 
-// FencedGoRedisLocker is GoRedisLocker acquiring by a script that also reads the
-// grant's fence from lockproxy (lockcheck.FencedLocker).
-type FencedGoRedisLocker struct{ GoRedisLocker }
+// FencedGoRedisLocker is GoRedisLocker that also reads each grant's fence
+// from lockproxy (lockcheck.FencedLocker): in the acquire's script, or,
+// with Read, by LOCKPROXY FENCE after SET NX PX (quorum runs scripts on
+// its nodes, which do not know LOCKPROXY).
+type FencedGoRedisLocker struct {
+	GoRedisLocker
+	Read bool
+}
 
-// NewFencedLocker returns a FencedGoRedisLocker talking to addr.
+// NewFencedLocker returns a FencedGoRedisLocker talking to addr, reading
+// fences in the acquire's script.
 func NewFencedLocker(addr string) *FencedGoRedisLocker {
-	return &FencedGoRedisLocker{GoRedisLocker{C: redis.NewClient(ClientOptions(addr))}}
+	return &FencedGoRedisLocker{GoRedisLocker: GoRedisLocker{C: redis.NewClient(ClientOptions(addr))}}
+}
+
+// NewFenceReadLocker returns a FencedGoRedisLocker talking to addr,
+// reading fences by LOCKPROXY FENCE after the acquire.
+func NewFenceReadLocker(addr string) *FencedGoRedisLocker {
+	l := NewFencedLocker(addr)
+	l.Read = true
+	return l
 }
 
 // Acquire implements Locker.
@@ -87,6 +101,21 @@ func (l *FencedGoRedisLocker) Acquire(ctx context.Context, key, token string, tt
 // AcquireFenced implements FencedLocker. A grant without a fence is an
 // error: lockproxy gives every grant one.
 func (l *FencedGoRedisLocker) AcquireFenced(ctx context.Context, key, token string, ttl time.Duration) (bool, uint64, error) {
+	if l.Read {
+		if ok, err := l.GoRedisLocker.Acquire(ctx, key, token, ttl); !ok || err != nil {
+			return false, 0, err
+		}
+		f, err := l.C.Do(ctx, "LOCKPROXY", "FENCE", key, token).Int64()
+		if errors.Is(err, redis.Nil) {
+			// Granted, but it ended before its fence was read: the outcome
+			// for the checker is unknown, as for any failed acquire.
+			return false, 0, errors.New("lockcheck: the grant ended before its fence was read")
+		}
+		if err != nil {
+			return false, 0, err
+		}
+		return true, uint64(f), nil
+	}
 	f, err := fencedAcquire.Run(ctx, l.C, []string{key}, token, ttl.Milliseconds()).Int64()
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -221,13 +250,16 @@ func NewLocker(client, addr string) (Locker, error) {
 		return NewRedislockLocker(addr), nil
 	case "fenced":
 		return NewFencedLocker(addr), nil
+	case "fence-read":
+		return NewFenceReadLocker(addr), nil
 	}
-	return nil, fmt.Errorf("lockcheck: unknown client %q (want goredis, redsync, redislock or fenced)", client)
+	return nil, fmt.Errorf("lockcheck: unknown client %q (want goredis, redsync, redislock, fenced or fence-read)", client)
 }
 
 // RedisClients are the names NewLocker knows whose lockers run on any
-// Redis; Clients all of them, "fenced" (lockproxy's LOCKPROXY FENCE) too.
+// Redis; Clients all of them, those reading lockproxy's fences too
+// ("fenced" in the acquire's script, "fence-read" after it).
 var (
 	RedisClients = []string{"goredis", "redsync", "redislock"}
-	Clients      = append(RedisClients[:len(RedisClients):len(RedisClients)], "fenced")
+	Clients      = append(RedisClients[:len(RedisClients):len(RedisClients)], "fenced", "fence-read")
 )

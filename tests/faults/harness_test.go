@@ -57,7 +57,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 type nemesis struct {
 	Name    string   // table row name, e.g. "kill -9 one node"
 	Backend string   // memory, quorum, postgres
-	Client  string   // goredis, redsync, redislock or fenced (lockcheck.Clients)
+	Client  string   // goredis, redsync, redislock, fenced or fence-read (lockcheck.Clients)
 	Addrs   []string // lockproxy addresses; worker w talks to Addrs[w%len(Addrs)]
 
 	Workers, Keys int           // default: 12 workers on 3 keys

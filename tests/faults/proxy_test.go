@@ -36,7 +36,7 @@ func TestKillLockproxy(t *testing.T) {
 	nodes := quorumNodes(t, 3)
 	lp := &restartable{b: startQuorumBinary(t, addrs(nodes))}
 	cycles := 0
-	runNemesis(t, nemesis{Name: "kill -9 lockproxy, restart on the same port", Backend: "quorum", Client: "goredis", Addrs: []string{lp.b.Addr}},
+	runNemesis(t, nemesis{Name: "kill -9 lockproxy, restart on the same port", Backend: "quorum", Client: "fence-read", Addrs: []string{lp.b.Addr}},
 		func(ctx context.Context) {
 			for pause(ctx, 600*time.Millisecond) {
 				lp.kill(t)
@@ -58,7 +58,7 @@ func TestTwoLockproxies(t *testing.T) {
 	b := &restartable{b: startQuorumBinary(t, addrs(nodes))}
 	d := runDuration(t)
 	cycles := 0
-	runNemesis(t, nemesis{Name: "two lockproxies, one killed and restarted", Backend: "quorum", Client: "redsync", Addrs: []string{a.Addr, b.b.Addr}},
+	runNemesis(t, nemesis{Name: "two lockproxies, one killed and restarted", Backend: "quorum", Client: "fence-read", Addrs: []string{a.Addr, b.b.Addr}},
 		func(ctx context.Context) {
 			if !pause(ctx, d/3) {
 				return

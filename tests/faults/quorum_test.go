@@ -22,7 +22,7 @@ func quorumRun(t *testing.T) ([]*testsrv.Redis, *testsrv.Binary) {
 func TestKillOneNode(t *testing.T) {
 	nodes, lp := quorumRun(t)
 	cycles := 0
-	runNemesis(t, nemesis{Name: "kill -9 one node, restart empty", Backend: "quorum", Client: "goredis", Addrs: []string{lp.Addr}},
+	runNemesis(t, nemesis{Name: "kill -9 one node, restart empty", Backend: "quorum", Client: "fence-read", Addrs: []string{lp.Addr}},
 		func(ctx context.Context) {
 			for i := 0; pause(ctx, 400*time.Millisecond); i++ {
 				nodes[i%3].Restart()
@@ -108,7 +108,7 @@ func TestPauseTwoNodes(t *testing.T) {
 func TestRollingRestarts(t *testing.T) {
 	nodes, lp := quorumRun(t)
 	cycles := 0
-	runNemesis(t, nemesis{Name: "rolling kill -9 + restart empty, a node every 20ms for 600ms", Backend: "quorum", Client: "goredis", Addrs: []string{lp.Addr},
+	runNemesis(t, nemesis{Name: "rolling kill -9 + restart empty, a node every 20ms for 600ms", Backend: "quorum", Client: "fence-read", Addrs: []string{lp.Addr},
 		Workers: 16, Keys: 8, TTL: time.Second, Hold: 300 * time.Millisecond, MinGrants: 10},
 		func(ctx context.Context) {
 			for i := 0; pause(ctx, 1200*time.Millisecond); {
