@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -158,5 +159,65 @@ func TestFencesAfterRestart(t *testing.T) {
 		}
 		last = f
 		c.Close()
+	}
+}
+
+// fencedStore is the resource a lock protects, as docs/fencing.md has it:
+// it keeps the greatest fence it accepted and refuses a write with a
+// smaller one.
+type fencedStore struct {
+	mu    sync.Mutex
+	fence int64
+	value string
+}
+
+func (s *fencedStore) write(fence int64, value string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fence < s.fence {
+		return false
+	}
+	s.fence, s.value = fence, value
+	return true
+}
+
+// A client that pauses past its TTL comes back holding a fence smaller
+// than the next holder's: its late write is refused, on every backend.
+func TestFencePausedClientRefused(t *testing.T) {
+	t.Parallel()
+	targets := map[string]func(t *testing.T) string{
+		"lockproxy": func(t *testing.T) string { return testsrv.StartMemoryProxy(t) },
+		"quorum3":   func(t *testing.T) string { addr, _ := testsrv.StartQuorumProxy(t, 3); return addr },
+		"pg-advisory": func(t *testing.T) string {
+			addr, _ := testsrv.StartPostgresProxy(t, pgbridge.Advisory)
+			return addr
+		},
+	}
+	for name, start := range targets {
+		t.Run(name, func(t *testing.T) {
+			addr := start(t)
+			a, b := lockcheck.NewFenceReadLocker(addr), lockcheck.NewFenceReadLocker(addr)
+			defer a.Close()
+			defer b.Close()
+			var store fencedStore
+			ok, fa, err := a.AcquireFenced(t.Context(), "res", "client-a", 200*time.Millisecond)
+			if !ok || err != nil {
+				t.Fatalf("a's acquire = %v, %v", ok, err)
+			}
+			time.Sleep(300 * time.Millisecond) // a pauses past its TTL
+			ok, fb, err := b.AcquireFenced(t.Context(), "res", "client-b", time.Minute)
+			if !ok || err != nil {
+				t.Fatalf("b's acquire after a's TTL = %v, %v", ok, err)
+			}
+			if !store.write(int64(fb), "b") {
+				t.Fatalf("b's write with fence %d refused", fb)
+			}
+			if store.write(int64(fa), "a, late") {
+				t.Fatalf("a's late write with fence %d accepted after b's with %d", fa, fb)
+			}
+			if store.value != "b" {
+				t.Fatalf("store holds %q; want b's write", store.value)
+			}
+		})
 	}
 }
