@@ -14,9 +14,10 @@ type Entry struct {
 	Token    []byte
 	Deadline int64 // Unix milliseconds; 0: none
 	// Fence is the fencing token of the key's grant (docs/fencing.md):
-	// given when the key is created or its token replaced by another,
-	// kept by every other change (an extend, a re-entrant HINCRBY).
-	// Each is greater than every fence the Space gave before (nextFence).
+	// given when the key is created or its token replaced by another (or
+	// at its first read, ReadFence, when Space.NewFence gives them), kept
+	// by every other change (an extend, a re-entrant HINCRBY); 0 until
+	// given. Each is greater than every fence the Space gave before.
 	Fence uint64
 }
 
@@ -66,6 +67,11 @@ func (s *Space) nextFence(db int, key string) uint64 {
 	if s.NewFence != nil {
 		return 0
 	}
+	return s.count()
+}
+
+// count is the Space's next fence.
+func (s *Space) count() uint64 {
 	s.fence = max(s.fence+1, uint64(max(s.clock, 0))*fencesPerMilli)
 	return s.fence
 }
@@ -80,12 +86,11 @@ func (s *Space) ReadFence(db int, key string, e Entry) uint64 {
 	if e.Fence != 0 {
 		return e.Fence
 	}
-	f := uint64(0)
+	var f uint64
 	if s.NewFence != nil {
 		f = s.NewFence(db, key)
 	} else {
-		s.fence = max(s.fence+1, uint64(max(s.clock, 0))*fencesPerMilli)
-		f = s.fence
+		f = s.count()
 	}
 	s.SetFence(db, key, f)
 	return f
@@ -101,9 +106,8 @@ func (s *Space) SetFence(db int, key string, f uint64) {
 }
 
 // RaiseFence makes every fence the Space gives from now on greater than
-// f: memory's start (the clock in nanoseconds, above anything the process
-// before it gave), or a backend that keeps its fences elsewhere and must
-// tell a new one from those it loaded.
+// f (memory's start: the clock in microseconds, above what the process
+// before it gave).
 func (s *Space) RaiseFence(f uint64) { s.fence = max(s.fence, f) }
 
 // fenceFor is the fence of e written under key: the key's own when it is
