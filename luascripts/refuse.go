@@ -42,8 +42,11 @@ type lockModel interface{ LockModelOnly() bool }
 type publishing interface{ Publishes() bool }
 
 // refusal returns the error for a script that can send a command
-// lockproxy does not serve (with publish, PUBLISH aside), or nil.
-func refusal(s backend.Script, publish bool) error {
+// lockproxy does not serve (with publish, PUBLISH aside), or nil. onNodes
+// is for scripts that Redis servers run (quorum's nodes, a migrating
+// proxy's legacy Redis), which do not know LOCKPROXY: a script calling it
+// is refused too.
+func refusal(s backend.Script, publish, onNodes bool) error {
 	cmds, ok, _ := analyse(s.Src)
 	if !ok {
 		return nil
@@ -57,7 +60,7 @@ func refusal(s backend.Script, publish bool) error {
 		if publish && name == "publish" {
 			continue
 		}
-		if keycmd.NotServed(name) || keycmd.NotInScripts(name) {
+		if keycmd.NotServed(name) || keycmd.NotInScripts(name) || onNodes && name == "lockproxy" {
 			out = append(out, call{name, line})
 		}
 	}
@@ -70,7 +73,10 @@ func refusal(s backend.Script, publish bool) error {
 		sha = SHA1(s.Src)
 	}
 	msg := keycmd.NotServedMsg(first.name)
-	if keycmd.NotInScripts(first.name) {
+	switch {
+	case first.name == "lockproxy":
+		msg = "ERR lockproxy does not run 'lockproxy' from scripts that Redis servers run (quorum's nodes, a migrating proxy's legacy Redis): send it after the script"
+	case keycmd.NotInScripts(first.name):
 		msg = keycmd.NotInScriptsMsg(first.name)
 	}
 	return &backend.ReplyError{Reply: msg + " script: " + sha + ", on @user_script:" + strconv.Itoa(first.line) + "."}
@@ -90,7 +96,7 @@ func (r *Runner) Refusal(s backend.Script) (err error, publishes bool) {
 	if err != nil {
 		return nil, false
 	}
-	return p.refusedPub, p.publishes
+	return p.refusedNodes, p.publishes
 }
 
 // mayPublish reports whether a script may send PUBLISH: its text calls
@@ -112,7 +118,7 @@ func (r *Runner) RefusalCached(s backend.Script) (err error, publishes, ok bool)
 	if p == nil {
 		return nil, false, false
 	}
-	return p.refusedPub, p.publishes, true
+	return p.refusedNodes, p.publishes, true
 }
 
 // Refusal is the Runner's Refusal, for the quorum backend, which runs

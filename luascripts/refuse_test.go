@@ -27,7 +27,7 @@ func TestRefusal(t *testing.T) {
 	} {
 		s := backend.Script{Src: tc.src, SHA1: SHA1(tc.src)}
 		for _, publish := range []bool{false, true} {
-			err := refusal(s, publish)
+			err := refusal(s, publish, false)
 			want, pub := strings.CutPrefix(tc.want, "publish:")
 			if want != "" {
 				want = fmt.Sprintf(want, s.SHA1)

@@ -50,7 +50,11 @@ type compiled struct {
 	native     native
 	refused    error // the script can send a command lockproxy does not serve (refuse.go)
 	refusedPub error // refused, for a Caller that serves PUBLISH
-	publishes  bool  // the script may PUBLISH (mayPublish)
+	// refusedNodes: refused, for scripts Redis servers run (Refusal:
+	// quorum's nodes, a migrating proxy's legacy Redis), which serve
+	// PUBLISH and do not know LOCKPROXY.
+	refusedNodes error
+	publishes    bool // the script may PUBLISH (mayPublish)
 }
 
 // maxCompiled bounds the compiled-script cache; past it the cache starts
@@ -140,7 +144,8 @@ func (r *Runner) compiled(s backend.Script) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s, false), refusedPub: refusal(s, true), publishes: mayPublish(s.Src)}
+	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s, false, false), refusedPub: refusal(s, true, false),
+		refusedNodes: refusal(s, true, true), publishes: mayPublish(s.Src)}
 	r.mu.Lock()
 	if len(r.procs) >= maxCompiled {
 		clear(r.procs)

@@ -54,3 +54,18 @@ func needNodeModules(t *testing.T) {
 		t.Skip("tests/node/node_modules is missing: run npm ci in tests/node (./test.sh does)")
 	}
 }
+
+// TestNodeFence runs docs/fencing.md's Node example (ioredis) on every
+// backend.
+func TestNodeFence(t *testing.T) {
+	t.Parallel()
+	node := testsrv.Need(t, "node")
+	needNodeModules(t)
+	lockproxyTargets(t, func(t *testing.T, _, addr string) {
+		out, err := exec.CommandContext(t.Context(), node, "node/run.js", addr, "fence", "ioredis5").CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		t.Logf("%s", out)
+	})
+}

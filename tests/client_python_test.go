@@ -11,13 +11,13 @@ import (
 
 // clientPython runs a python script from tests/python with Debian's
 // python3 (which has python3-redis) against addr.
-func clientPython(t *testing.T, script, addr string) {
+func clientPython(t *testing.T, script, addr string, args ...string) {
 	t.Helper()
 	py := testsrv.Need(t, "/usr/bin/python3")
 	if err := exec.Command(py, "-c", "import redis").Run(); err != nil {
 		testsrv.Need(t, "python3-redis (apt-get install python3-redis)")
 	}
-	out, err := exec.CommandContext(t.Context(), py, "python/"+script, addr).CombinedOutput()
+	out, err := exec.CommandContext(t.Context(), py, append([]string{"python/" + script, addr}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s against %s: %v\n%s", script, addr, err, out)
 	}
@@ -42,4 +42,17 @@ func TestRedisPyLock(t *testing.T) {
 			clientPython(t, "redis_py_lock.py", addr)
 		})
 	}
+}
+
+// TestRedisPyFence runs docs/fencing.md's Python example on every backend
+// (quorum takes a new fence at each read: quorum/fencing.go).
+func TestRedisPyFence(t *testing.T) {
+	t.Parallel()
+	lockproxyTargets(t, func(t *testing.T, name, addr string) {
+		if name == "quorum3" {
+			clientPython(t, "redis_py_fence.py", addr)
+			return
+		}
+		clientPython(t, "redis_py_fence.py", addr, "keep")
+	})
 }

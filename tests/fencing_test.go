@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"path"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -9,7 +11,6 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/lockcheck"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
-	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
@@ -26,38 +27,45 @@ func fenceOf(t *testing.T, c *redis.Client, key, token string) int64 {
 	return f
 }
 
+// lockproxyTargets runs f against lockproxy on each backend (clientTargets
+// without the redis-server: LOCKPROXY is lockproxy's); name is the
+// target's.
+func lockproxyTargets(t *testing.T, f func(t *testing.T, name, addr string)) {
+	t.Helper()
+	clientTargets(t, func(t *testing.T, addr string) {
+		if name := path.Base(t.Name()); name != "redis" {
+			f(t, name, addr)
+		}
+	})
+}
+
 // TestFences: every grant gets a fence, read by LOCKPROXY FENCE and LOCK
 // in RESP2 and RESP3, inside a script too; a new grant's fence is greater,
 // an extend and a re-entrant acquire keep it.
 func TestFences(t *testing.T) {
 	t.Parallel()
-	targets := map[string]func(t *testing.T) string{
-		"lockproxy": func(t *testing.T) string { return testsrv.StartMemoryProxy(t) },
-		"migrating": func(t *testing.T) string {
-			addr, _, _ := testsrv.StartMigratingProxy(t, "memory", memory.New(memory.Config{}))
-			return addr
-		},
-		"quorum3": func(t *testing.T) string { addr, _ := testsrv.StartQuorumProxy(t, 3); return addr },
-	}
-	for _, s := range []string{pgbridge.Advisory, pgbridge.Lease} {
-		targets["pg-"+s] = func(t *testing.T) string { addr, _ := testsrv.StartPostgresProxy(t, s); return addr }
-	}
-	for name, start := range targets {
-		t.Run(name, func(t *testing.T) {
-			addr := start(t)
-			for _, proto := range []int{2, 3} {
-				c := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto, MaxRetries: -1})
-				defer c.Close()
-				// Quorum runs scripts on its nodes, which do not know
-				// LOCKPROXY: its clients read the fence after the acquire,
-				// and each read takes a new one (quorum/fencing.go).
-				checkFences(t, c, "p"+string(rune('0'+proto))+":", name == "quorum3")
+	lockproxyTargets(t, func(t *testing.T, name, addr string) {
+		for _, proto := range []int{2, 3} {
+			c := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto, MaxRetries: -1})
+			defer c.Close()
+			// Quorum runs scripts on its nodes, a migrating proxy on the
+			// legacy Redis too, which do not know LOCKPROXY: their clients
+			// read the fence after the acquire. On quorum each read takes
+			// a new one (quorum/fencing.go).
+			checkFences(t, c, "p"+string(rune('0'+proto))+":", name != "quorum3" && name != "migrating", name == "quorum3")
+		}
+		if name == "quorum3" || name == "migrating" {
+			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+			defer c.Close()
+			err := c.Eval(t.Context(), "return redis.call('lockproxy', 'fence', KEYS[1], ARGV[1])", []string{"k"}, "t").Err()
+			if err == nil || !strings.Contains(err.Error(), "send it after the script") {
+				t.Errorf("a script calling LOCKPROXY: %v; want lockproxy's refusal", err)
 			}
-		})
-	}
+		}
+	})
 }
 
-func checkFences(t *testing.T, c *redis.Client, prefix string, quorum bool) {
+func checkFences(t *testing.T, c *redis.Client, prefix string, inScript, perRead bool) {
 	ctx := t.Context()
 	k := prefix + "k"
 	last := map[string]int64{} // fences grow per key; different keys' are not comparable
@@ -70,7 +78,7 @@ func checkFences(t *testing.T, c *redis.Client, prefix string, quorum bool) {
 	}
 	kept := func(key, what string, f int64) {
 		t.Helper()
-		if quorum { // a new fence per read, above the grant's earlier ones
+		if perRead { // a new fence per read, above the grant's earlier ones
 			grew(key, what, f)
 			return
 		}
@@ -84,7 +92,7 @@ func checkFences(t *testing.T, c *redis.Client, prefix string, quorum bool) {
 		t.Errorf("fence of another token = %d; want nil", f)
 	}
 	lock, err := c.Do(ctx, "LOCKPROXY", "LOCK", k).Slice()
-	if err != nil || len(lock) != 3 || lock[0] != "a" || (lock[1] != last[k]) != quorum || lock[2].(int64) <= 0 {
+	if err != nil || len(lock) != 3 || lock[0] != "a" || (lock[1] != last[k]) != perRead || lock[2].(int64) <= 0 {
 		t.Errorf("LOCKPROXY LOCK %s = %v, %v; want [a %d PTTL]", k, lock, err, last[k])
 	}
 	if _, err := c.Do(ctx, "LOCKPROXY", "LOCK", prefix+"absent").Result(); err != redis.Nil {
@@ -114,7 +122,7 @@ func checkFences(t *testing.T, c *redis.Client, prefix string, quorum bool) {
 	// the fence read after it.
 	s := prefix + "s"
 	l := lockcheck.NewFencedLocker(c.Options().Addr)
-	l.Read = quorum
+	l.Read = !inScript
 	defer l.Close()
 	for range 3 {
 		ok, f, err := l.AcquireFenced(ctx, s, "t", time.Minute)

@@ -450,9 +450,27 @@ async function polling(c) {
     async () => { const l = await waiter.acquire([`${prefix}:wake`], 30000); return () => l.release(); });
 }
 
+// fence runs docs/fencing.md's Node example: each grant's fencing token,
+// read with LOCKPROXY FENCE (lockproxy only), grows from grant to grant.
+async function fence(c) {
+  let last = 0;
+  for (let i = 0; i < 3; i++) {
+    const key = `${prefix}:orders`;
+    const token = `node-${i}`;
+    const ok = await c.set(key, token, 'PX', 30000, 'NX');
+    const f = ok && await c.call('LOCKPROXY', 'FENCE', key, token);
+    if (ok !== 'OK' || !(Number.isSafeInteger(f) && f > last)) {
+      throw new Error(`grant ${i}: SET ${ok}, fence ${f} after ${last}`);
+    }
+    last = f;
+    await c.del(key);
+  }
+  return `fences up to ${last}`;
+}
+
 const libraries = {
   redlock4, redlock5, semaphore, 'semaphore-n': semaphoreN, multisemaphore: multiSemaphore,
-  'simple-redis-mutex': simpleRedisMutex, 'node-redisson': nodeRedisson, polling,
+  'simple-redis-mutex': simpleRedisMutex, 'node-redisson': nodeRedisson, polling, fence,
 };
 
 // A library that hangs fails here rather than at go test's timeout.
