@@ -274,7 +274,7 @@ func (cl *client) command(args [][]byte) backend.Value {
 	if cc == nil {
 		kc = keycmd.Lookup(args[0])
 	}
-	if kc != nil && kc.Typed() && cl.s.cfg.Passthrough != nil {
+	if kc != nil && kc.Typed() && kc.Name != "lockproxy" && cl.s.cfg.Passthrough != nil {
 		// With a passthrough Redis, the value types and the key-space
 		// commands stay its own, as before lockproxy served them: an
 		// application keeps its other data there. Scripts still run
@@ -391,6 +391,11 @@ func (cl *client) commandCtx() (context.Context, context.CancelFunc) {
 }
 
 func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
+	if kc.Name == "lockproxy" {
+		if v, ok := cl.lockproxyOperator(args); ok {
+			return v
+		}
+	}
 	ctx, cancel := cl.commandCtx()
 	defer cancel()
 	v, err := kc.Exec(ctx, cl.store(), cl.db, args)

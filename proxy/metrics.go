@@ -19,8 +19,9 @@ import (
 // of its Config (never the global one). Labels are bounded: command names
 // come from the command tables, anything else is "unknown".
 type metrics struct {
-	byCmd map[string]*cmdMetrics // written once in newMetrics, read-only after
-	locks *lockMetrics
+	byCmd         map[string]*cmdMetrics // written once in newMetrics, read-only after
+	locks         *lockMetrics
+	forceReleases prometheus.Counter // LOCKPROXY RELEASE of a held key
 }
 
 // alerted are the commands whose series exist from the start, at zero,
@@ -78,9 +79,13 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		Name: "lockproxy_script_cache_entries",
 		Help: "Scripts in the EVALSHA cache.",
 	}, func() float64 { return float64(s.scripts.len()) })
-	reg.MustRegister(commands, duration, clients, scripts)
+	forced := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lockproxy_force_releases_total",
+		Help: "Held locks deleted by LOCKPROXY RELEASE.",
+	})
+	reg.MustRegister(commands, duration, clients, scripts, forced)
 
-	m := &metrics{byCmd: map[string]*cmdMetrics{}, locks: newLockMetrics(reg, s.b)}
+	m := &metrics{byCmd: map[string]*cmdMetrics{}, locks: newLockMetrics(reg, s.b), forceReleases: forced}
 	names := append([]string{"unknown", "passthrough"}, keycmd.Names()...)
 	for n := range commandsTable() {
 		names = append(names, n)

@@ -74,6 +74,8 @@ func (b *Backend) lockproxy(ctx context.Context, db int, args [][]byte) (backend
 		return backend.Value{}, err
 	case sub == "help":
 		return model.LockproxyHelp, nil
+	case sub == "locks" || sub == "release":
+		return backend.Value{}, backend.Reply(model.NotInScripts(sub))
 	}
 	key := string(args[2])
 	f, err := b.newFence(ctx)

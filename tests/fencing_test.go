@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"crypto/sha256"
 	"path"
 	"strings"
 	"sync"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/lockcheck"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/pgbridge"
+	"github.com/lockproxy/lockproxy/proxy"
 )
 
 // fenceOf reads LOCKPROXY FENCE key token: 0 for nil.
@@ -227,5 +230,87 @@ func TestFencePausedClientRefused(t *testing.T) {
 				t.Fatalf("store holds %q; want b's write", store.value)
 			}
 		})
+	}
+}
+
+// TestLockproxyLocksAndRelease: LOCKPROXY LOCKS pages the held keys of
+// the selected database with token, fence and PTTL, as SCAN pages them;
+// LOCKPROXY RELEASE deletes a key whoever holds it, for admin users only
+// (NOPERM for others, as FLUSHALL), and neither runs from scripts.
+func TestLockproxyLocksAndRelease(t *testing.T) {
+	t.Parallel()
+	lockproxyTargets(t, func(t *testing.T, name, addr string) {
+		ctx := t.Context()
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		defer c.Close()
+		held := map[string]string{"ops:a": "ta", "ops:b": "tb", "ops:c": "tc", "other": "to"}
+		for k, tok := range held {
+			if ok, err := c.SetNX(ctx, k, tok, time.Minute).Result(); !ok || err != nil {
+				t.Fatalf("SET %s NX = %v, %v", k, ok, err)
+			}
+		}
+		got := map[string]string{}
+		for cursor := "0"; ; {
+			page, err := c.Do(ctx, "LOCKPROXY", "LOCKS", cursor, "MATCH", "ops:*", "COUNT", "2").Slice()
+			if err != nil || len(page) != 2 {
+				t.Fatalf("LOCKPROXY LOCKS %s = %v, %v", cursor, page, err)
+			}
+			entries, _ := page[1].([]any)
+			for _, e := range entries {
+				l, _ := e.([]any)
+				if len(l) != 4 || l[1] == nil || l[2] == nil || l[3].(int64) <= 0 {
+					t.Fatalf("entry %v; want [key, token, fence, PTTL]", e)
+				}
+				got[l[0].(string)] = l[1].(string)
+			}
+			if cursor = page[0].(string); cursor == "0" {
+				break
+			}
+		}
+		for k, tok := range held {
+			if k != "other" && got[k] != tok {
+				t.Errorf("LOCKS listed %s = %q; want %q (all: %v)", k, got[k], tok, got)
+			}
+		}
+		if _, ok := got["other"]; ok {
+			t.Errorf("LOCKS MATCH ops:* listed other")
+		}
+		if n, err := c.Do(ctx, "LOCKPROXY", "RELEASE", "ops:a").Int(); n != 1 || err != nil {
+			t.Errorf("LOCKPROXY RELEASE ops:a = %v, %v; want 1", n, err)
+		}
+		if n, err := c.Do(ctx, "LOCKPROXY", "RELEASE", "ops:a").Int(); n != 0 || err != nil {
+			t.Errorf("LOCKPROXY RELEASE of a free key = %v, %v; want 0", n, err)
+		}
+		if ok, err := c.SetNX(ctx, "ops:a", "new", time.Minute).Result(); !ok || err != nil {
+			t.Errorf("SET NX after the force release = %v, %v; want OK", ok, err)
+		}
+		if name != "quorum3" && name != "migrating" { // their scripts run on Redis servers: refused for calling LOCKPROXY at all
+			err := c.Eval(ctx, "return redis.call('lockproxy', 'release', KEYS[1])", []string{"ops:b"}).Err()
+			if err == nil || !strings.Contains(err.Error(), "does not run 'lockproxy|release' from scripts") {
+				t.Errorf("LOCKPROXY RELEASE from a script: %v; want refused", err)
+			}
+		}
+	})
+}
+
+// LOCKPROXY RELEASE is for admin users: another gets Redis's NOPERM.
+func TestLockproxyReleaseNeedsAdmin(t *testing.T) {
+	t.Parallel()
+	users := []proxy.User{
+		{Name: "app", PasswordSHA256: sha256.Sum256([]byte("apppw"))},
+		{Name: "ops", PasswordSHA256: sha256.Sum256([]byte("opspw")), Admin: true},
+	}
+	addr := testsrv.StartLockproxy(t, proxy.Config{Users: users}, memory.New(memory.Config{}))
+	for _, u := range []struct{ user, pass, want string }{
+		{"app", "apppw", "NOPERM this user has no permissions to run the 'lockproxy|release' command"},
+		{"ops", "opspw", ""},
+	} {
+		c := redis.NewClient(&redis.Options{Addr: addr, Username: u.user, Password: u.pass, MaxRetries: -1})
+		c.SetNX(t.Context(), "k", "t", time.Minute)
+		err := c.Do(t.Context(), "LOCKPROXY", "RELEASE", "k").Err()
+		if (u.want == "" && err != nil) || (u.want != "" && (err == nil || err.Error() != u.want)) {
+			t.Errorf("%s: LOCKPROXY RELEASE: %v; want %q", u.user, err, u.want)
+		}
+		c.Close()
 	}
 }

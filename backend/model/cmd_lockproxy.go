@@ -13,6 +13,9 @@ import (
 //	                           for a key of another type than string, fence
 //	                           nil when none is known), else nil
 //	LOCKPROXY HELP
+//
+// LOCKS and RELEASE are the operator's, served by the proxy
+// (proxy/cmd_lockproxy.go), not from scripts.
 func cmdLockproxy(c *call) (backend.Value, error) {
 	sub, err := CheckLockproxy(c.args)
 	switch {
@@ -20,6 +23,8 @@ func cmdLockproxy(c *call) (backend.Value, error) {
 		return backend.Value{}, err
 	case sub == "help":
 		return LockproxyHelp, nil
+	case sub == "locks" || sub == "release": // the proxy's own (proxy/cmd_lockproxy.go): reached from scripts only
+		return backend.Value{}, backend.Reply(NotInScripts(sub))
 	}
 	key := c.key(2)
 	sp := c.space(key)
@@ -51,15 +56,18 @@ func cmdLockproxy(c *call) (backend.Value, error) {
 
 // CheckLockproxy checks LOCKPROXY's arguments (args[0] is its name) as
 // every backend answers them, and returns the subcommand in lower case:
-// fence, lock or help.
+// fence, lock, help, or the operator's locks and release, which the proxy
+// serves itself (SCAN's options after a cursor follow LOCKS).
 func CheckLockproxy(args [][]byte) (string, error) {
 	sub := lower(args[1])
 	want := 0
 	switch sub {
 	case "fence":
 		want = 4
-	case "lock":
+	case "lock", "release":
 		want = 3
+	case "locks":
+		want = -3
 	case "help":
 		want = 2
 	}
@@ -67,10 +75,16 @@ func CheckLockproxy(args [][]byte) (string, error) {
 	case want == 0:
 		name := args[1][:min(len(args[1]), 128)] // as Redis prints it: %.128s
 		return "", backend.Reply("ERR unknown subcommand '" + string(name) + "'. Try LOCKPROXY HELP.")
-	case len(args) != want:
+	case want > 0 && len(args) != want, want < 0 && len(args) < -want:
 		return "", backend.Reply(backend.ErrWrongArgs("lockproxy|" + sub))
 	}
 	return sub, nil
+}
+
+// NotInScripts is the refusal of LOCKPROXY's operator subcommand sub
+// from a script.
+func NotInScripts(sub string) string {
+	return "ERR lockproxy does not run 'lockproxy|" + sub + "' from scripts"
 }
 
 // holds reports whether a key's value holds tok: a string equal to it, a
@@ -97,6 +111,10 @@ var LockproxyHelp = backend.Array(
 	backend.BulkString("    The fencing token of the key's grant, if the key holds <token>; else nil."),
 	backend.BulkString("LOCK <key>"),
 	backend.BulkString("    The key's token, fence and PTTL; nil when the key is absent."),
+	backend.BulkString("LOCKS <cursor> [MATCH <pattern>] [COUNT <count>]"),
+	backend.BulkString("    The held keys of the database, as SCAN pages them: [cursor, [[key, token, fence, PTTL] ...]]."),
+	backend.BulkString("RELEASE <key>"),
+	backend.BulkString("    Deletes the key whoever holds it (admin users only); 1 when it was held."),
 	backend.BulkString("HELP"),
 	backend.BulkString("    Print this help."),
 )
