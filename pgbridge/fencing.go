@@ -1,6 +1,10 @@
 package pgbridge
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // Fencing tokens (docs/fencing.md). A grant — a key going from absent to
 // present, or a string's token replaced — takes the next value of the
@@ -44,15 +48,21 @@ func raiseFences(seq string) string {
 // nextFenceSQL takes one fence.
 func nextFenceSQL(seq string) string { return `SELECT nextval('` + seq + `')` }
 
+// The advisory strategy takes a fence on the pool, the lease strategy in
+// its transaction (whose commit flushes the advance).
 func (t *advTx) newFence(ctx context.Context) (int64, error) {
-	var f int64
-	err := t.a.b.pool.QueryRow(ctx, nextFenceSQL(t.a.b.fencing)).Scan(&f)
-	return f, err
+	return takeFence(ctx, t.a.b.pool, t.a.b.fencing)
 }
 
 func (t *leaseTx) newFence(ctx context.Context) (int64, error) {
+	return takeFence(ctx, t.conn, t.s.b.fencing)
+}
+
+func takeFence(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, seq string) (int64, error) {
 	var f int64
-	err := t.conn.QueryRow(ctx, nextFenceSQL(t.s.b.fencing)).Scan(&f)
+	err := q.QueryRow(ctx, nextFenceSQL(seq)).Scan(&f)
 	return f, err
 }
 

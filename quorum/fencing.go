@@ -110,28 +110,15 @@ func (b *Backend) lockproxy(ctx context.Context, db int, args [][]byte) (backend
 func (b *Backend) newFence(ctx context.Context) (int64, error) {
 	read := &req{}
 	read.cmds.Strs("hget", markerKey, "fence")
-	replies := b.fanout(ctx, markerDB, markerKey, same(read), nil)
-	base, have := int64(0), 0
-	for _, r := range replies {
-		v, ok := one(r)
-		switch {
-		case ok && v.Kind == backend.KindNil:
-			have++
-		case ok && v.Kind == backend.KindBulk:
-			if n, isInt := backend.ParseInt(v.Str); isInt {
-				base = max(base, n)
-				have++
-			}
-		}
-	}
-	if have < b.q {
-		return 0, b.errNoQuorum(replies)
+	base, err := b.counterBase(b.fanout(ctx, markerDB, markerKey, same(read), nil)) // as a counter's read
+	if err != nil {
+		return 0, err
 	}
 	f := max(base+1, time.Now().UnixMicro())
 	arg := strconv.AppendInt(nil, f, 10)
 	raise := &req{load: fenceRaise.ref()}
 	runScript(&raise.cmds, fenceRaise, false, []string{markerKey}, arg)
-	replies = b.fanout(ctx, markerDB, markerKey, same(raise), scriptFallback(fenceRaise, []string{markerKey}, arg))
+	replies := b.fanout(ctx, markerDB, markerKey, same(raise), scriptFallback(fenceRaise, []string{markerKey}, arg))
 	raised := 0
 	for _, r := range replies {
 		if v, ok := one(r); ok && v.Kind == backend.KindInt && v.Int >= f {
@@ -150,22 +137,5 @@ func (b *Backend) holds(ctx context.Context, db int, key string, tok []byte) (bo
 	r := &req{load: holdsScript.ref()}
 	runScript(&r.cmds, holdsScript, false, []string{key}, tok)
 	defer b.rlockKeys(key)()
-	replies := b.fanout(ctx, db, key, same(r), scriptFallback(holdsScript, []string{key}, tok))
-	yes, no := 0, 0
-	for _, rep := range replies {
-		if v, ok := one(rep); ok && v.Kind == backend.KindInt {
-			if v.Int == 1 {
-				yes++
-			} else {
-				no++
-			}
-		}
-	}
-	switch {
-	case yes >= b.q:
-		return true, nil
-	case no >= len(replies)-b.q+1:
-		return false, nil
-	}
-	return false, b.errNoQuorum(replies)
+	return b.voteBool(b.fanout(ctx, db, key, same(r), scriptFallback(holdsScript, []string{key}, tok)))
 }

@@ -27,19 +27,27 @@ import (
 func clientTargets(t *testing.T, f func(t *testing.T, addr string)) {
 	t.Helper()
 	t.Run("redis", func(t *testing.T) { f(t, testsrv.StartRedis(t).Addr) })
-	t.Run("lockproxy", func(t *testing.T) { f(t, testsrv.StartMemoryProxy(t)) })
+	lockproxyTargets(t, func(t *testing.T, _, addr string) { f(t, addr) })
+}
+
+// lockproxyTargets runs f against lockproxy on each backend
+// (clientTargets without the redis-server, for what only lockproxy
+// serves); name is the target's.
+func lockproxyTargets(t *testing.T, f func(t *testing.T, name, addr string)) {
+	t.Helper()
+	t.Run("lockproxy", func(t *testing.T) { f(t, "lockproxy", testsrv.StartMemoryProxy(t)) })
 	t.Run("migrating", func(t *testing.T) {
 		addr, _, _ := testsrv.StartMigratingProxy(t, "memory", memory.New(memory.Config{}))
-		f(t, addr)
+		f(t, "migrating", addr)
 	})
 	t.Run("quorum3", func(t *testing.T) {
 		addr, _ := testsrv.StartQuorumProxy(t, 3)
-		f(t, addr)
+		f(t, "quorum3", addr)
 	})
 	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
 		t.Run("pg-"+strategy, func(t *testing.T) {
 			addr, _ := testsrv.StartPostgresProxy(t, strategy)
-			f(t, addr)
+			f(t, "pg-"+strategy, addr)
 		})
 	}
 }

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"crypto/sha256"
-	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/lockproxy/lockproxy/internal/lockcheck"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/memory"
-	"github.com/lockproxy/lockproxy/pgbridge"
 	"github.com/lockproxy/lockproxy/proxy"
 )
 
@@ -28,18 +26,6 @@ func fenceOf(t *testing.T, c *redis.Client, key, token string) int64 {
 		t.Fatalf("LOCKPROXY FENCE %s %s: %v", key, token, err)
 	}
 	return f
-}
-
-// lockproxyTargets runs f against lockproxy on each backend (clientTargets
-// without the redis-server: LOCKPROXY is lockproxy's); name is the
-// target's.
-func lockproxyTargets(t *testing.T, f func(t *testing.T, name, addr string)) {
-	t.Helper()
-	clientTargets(t, func(t *testing.T, addr string) {
-		if name := path.Base(t.Name()); name != "redis" {
-			f(t, name, addr)
-		}
-	})
 }
 
 // TestFences: every grant gets a fence, read by LOCKPROXY FENCE and LOCK
@@ -196,41 +182,30 @@ func (s *fencedStore) write(fence int64, value string) bool {
 // than the next holder's: its late write is refused, on every backend.
 func TestFencePausedClientRefused(t *testing.T) {
 	t.Parallel()
-	targets := map[string]func(t *testing.T) string{
-		"lockproxy": func(t *testing.T) string { return testsrv.StartMemoryProxy(t) },
-		"quorum3":   func(t *testing.T) string { addr, _ := testsrv.StartQuorumProxy(t, 3); return addr },
-		"pg-advisory": func(t *testing.T) string {
-			addr, _ := testsrv.StartPostgresProxy(t, pgbridge.Advisory)
-			return addr
-		},
-	}
-	for name, start := range targets {
-		t.Run(name, func(t *testing.T) {
-			addr := start(t)
-			a, b := lockcheck.NewFenceReadLocker(addr), lockcheck.NewFenceReadLocker(addr)
-			defer a.Close()
-			defer b.Close()
-			var store fencedStore
-			ok, fa, err := a.AcquireFenced(t.Context(), "res", "client-a", 200*time.Millisecond)
-			if !ok || err != nil {
-				t.Fatalf("a's acquire = %v, %v", ok, err)
-			}
-			time.Sleep(300 * time.Millisecond) // a pauses past its TTL
-			ok, fb, err := b.AcquireFenced(t.Context(), "res", "client-b", time.Minute)
-			if !ok || err != nil {
-				t.Fatalf("b's acquire after a's TTL = %v, %v", ok, err)
-			}
-			if !store.write(int64(fb), "b") {
-				t.Fatalf("b's write with fence %d refused", fb)
-			}
-			if store.write(int64(fa), "a, late") {
-				t.Fatalf("a's late write with fence %d accepted after b's with %d", fa, fb)
-			}
-			if store.value != "b" {
-				t.Fatalf("store holds %q; want b's write", store.value)
-			}
-		})
-	}
+	lockproxyTargets(t, func(t *testing.T, _, addr string) {
+		a, b := lockcheck.NewFenceReadLocker(addr), lockcheck.NewFenceReadLocker(addr)
+		defer a.Close()
+		defer b.Close()
+		var store fencedStore
+		ok, fa, err := a.AcquireFenced(t.Context(), "res", "client-a", 200*time.Millisecond)
+		if !ok || err != nil {
+			t.Fatalf("a's acquire = %v, %v", ok, err)
+		}
+		time.Sleep(300 * time.Millisecond) // a pauses past its TTL
+		ok, fb, err := b.AcquireFenced(t.Context(), "res", "client-b", time.Minute)
+		if !ok || err != nil {
+			t.Fatalf("b's acquire after a's TTL = %v, %v", ok, err)
+		}
+		if !store.write(int64(fb), "b") {
+			t.Fatalf("b's write with fence %d refused", fb)
+		}
+		if store.write(int64(fa), "a, late") {
+			t.Fatalf("a's late write with fence %d accepted after b's with %d", fa, fb)
+		}
+		if store.value != "b" {
+			t.Fatalf("store holds %q; want b's write", store.value)
+		}
+	})
 }
 
 // TestLockproxyLocksAndRelease: LOCKPROXY LOCKS pages the held keys of
