@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,13 +26,21 @@ import (
 // them (parked, sent on its own line then, in the order it was decided),
 // while the other nodes decide it; a healthy node answers within
 // microseconds, and a paused one runs the writes waiting for it, in order,
-// once it is back. Only where waiting costs more than it is worth — a
-// write of several stripes, or more than maxParked writes waiting for one
-// node's stripe — is the node left out (errBehind: neither a write nor a
-// refusal, decided by the others, as for a node that is down) and the keys
-// repaired on it once it has caught up (repair.go). Either way each node
-// runs a part of the history in the history's order, never a reordering.
-//
+// once it is back. A write of several stripes (a script of several keys)
+// waits in the queue of each and is sent once it has its turn in all of
+// them; it is queued in all of them at once, under their locks taken in
+// ascending order, so any two writes are queued in the same order
+// wherever they meet and no two can wait for each other. Only where
+// waiting costs more than it is worth — more than maxParked writes
+// waiting for one node's stripe, or a connection that is down — is the
+// node left out (errBehind: neither a write nor a refusal, decided by the
+// others, as for a node that is down) and the keys repaired on it once it
+// has caught up (repair.go). Either way each node runs a part of the
+// history in the history's order, never a reordering. (Leaving a node out
+// of every write of several stripes that met another line's, as this did
+// before, let two nodes each miss a different write of a reader-writer
+// lock's keys under load: no two of three then agreed on its state.)
+
 // A write whose connection breaks unanswered may still run on the node
 // until the line's next connection has killed the old one, so its hold
 // lasts until then; a write never written (its connection down) holds
@@ -59,11 +68,15 @@ type lineHold struct {
 
 // parked is a write waiting for its node's earlier writes of its stripe
 // on another line: it goes out on its own line once they are answered.
+// A write of several stripes waits in each of hs and goes out when need,
+// the stripes not granted to it yet, falls to 0.
 type parked struct {
-	cl  *call
-	ln  *lnode
-	buf []byte
-	h   *lineHold
+	cl   *call
+	ln   *lnode
+	buf  []byte
+	h    *lineHold   // its stripe (one)
+	hs   []*lineHold // its stripes (several)
+	need atomic.Int32
 }
 
 // orderHolds is every node's holds, by node and stripe.
@@ -83,17 +96,18 @@ func (h *lineHold) free(line *link) bool {
 }
 
 // take decides node i's part of a write of stripes (ascending, each once)
-// to be sent on ln: its holds are taken (admitted), or, for one stripe,
-// it waits its turn (waiting: sent by the release that lets it go), or,
-// waiting for several stripes at once being more than it is worth, it
-// leaves the node out (behind).
+// to be sent on ln: its holds are taken (admitted), or it waits its turn
+// (waiting: sent by the release that lets it go), or, too many writes
+// waiting already or its connection down, it leaves the node out
+// (behind).
 func (h orderHolds) take(i int, ln *lnode, stripes []uint8, cl *call, buf []byte) verdict {
 	hs := &h[i]
 	line := ln.lk
 	// A connection that is down fails the write at once (its undo kept
 	// for the next one, with its hold): it does not wait, nor is it
 	// waited for, and a closed loop sends nothing more.
-	if len(stripes) == 1 && ln.state != down && ln.state != closed && !ln.ql.closed {
+	parkable := ln.state != down && ln.state != closed && !ln.ql.closed
+	if len(stripes) == 1 && parkable {
 		e := &hs[stripes[0]]
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -109,21 +123,48 @@ func (h orderHolds) take(i int, ln *lnode, stripes []uint8, cl *call, buf []byte
 		e.wait = append(e.wait, &parked{cl: cl, ln: ln, buf: buf, h: e})
 		return waiting
 	}
-	for k, s := range stripes {
-		hs[s].mu.Lock()
-		if !hs[s].free(line) {
-			for _, t := range stripes[:k+1] {
-				hs[t].mu.Unlock()
-			}
-			return behind
-		}
-	}
 	for _, s := range stripes {
-		hs[s].line = line
-		hs[s].n++
-		hs[s].mu.Unlock()
+		hs[s].mu.Lock()
 	}
-	return admitted
+	defer func() {
+		for _, s := range stripes {
+			hs[s].mu.Unlock()
+		}
+	}()
+	free, full := true, false
+	for _, s := range stripes {
+		free = free && hs[s].free(line)
+		full = full || len(hs[s].wait) >= maxParked
+	}
+	switch {
+	case free:
+		for _, s := range stripes {
+			hs[s].line = line
+			hs[s].n++
+		}
+		return admitted
+	case !parkable || full:
+		return behind
+	}
+	// Granted at once where it is free (reserved, as a write on its way,
+	// until it goes out), queued where it is not.
+	p := &parked{cl: cl, ln: ln, buf: buf, hs: make([]*lineHold, len(stripes))}
+	need := int32(0)
+	for j, s := range stripes {
+		e := &hs[s]
+		p.hs[j] = e
+		if e.free(line) {
+			e.line = line
+			e.n++
+			e.moving++
+			continue
+		}
+		e.wait = append(e.wait, p)
+		need++
+	}
+	p.need.Store(need)
+	cl.parked = true
+	return waiting
 }
 
 // release lets go of holds taken for one write, and sends the next
@@ -146,8 +187,10 @@ func (e *lineHold) drop(n int) {
 }
 
 // next takes the first write waiting when its turn has come: its hold is
-// taken, and it is on its way (moving) until its loop has buffered it.
-// Under e.mu.
+// taken, and it is on its way (moving) until its loop has buffered it. A
+// write of several stripes is returned when this was the last of them to
+// grant it; until then the stripe stays reserved for it (moving). Under
+// e.mu.
 func (e *lineHold) next() *parked {
 	if e.moving > 0 || len(e.wait) == 0 {
 		return nil
@@ -164,6 +207,9 @@ func (e *lineHold) next() *parked {
 	e.line = p.ln.lk
 	e.n++
 	e.moving++
+	if p.hs != nil && p.need.Add(-1) > 0 {
+		return nil
+	}
 	return p
 }
 
@@ -176,7 +222,12 @@ func (p *parked) launch() {
 		// The loop is gone: it will not be sent.
 		p.cl.finished = true
 		p.arrived()
-		p.h.drop(1)
+		if p.hs == nil {
+			p.h.drop(1)
+		}
+		for _, e := range p.hs {
+			e.drop(1)
+		}
 	}
 }
 
@@ -192,10 +243,19 @@ func (p *parked) send() {
 	}
 }
 
-// arrived ends p's move, and sends the next write waiting if its turn
-// has come (one of the same line, behind it).
+// arrived ends p's move, and sends the next writes waiting if their turn
+// has come (of the same line, behind it).
 func (p *parked) arrived() {
-	e := p.h
+	if p.hs == nil {
+		p.h.arrive()
+	}
+	for _, e := range p.hs {
+		e.arrive()
+	}
+}
+
+// arrive ends the move of the write that had its turn in e.
+func (e *lineHold) arrive() {
 	e.mu.Lock()
 	e.moving--
 	q := e.next()

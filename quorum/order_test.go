@@ -1,10 +1,13 @@
 package quorum_test
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/quorum"
 )
@@ -139,5 +142,77 @@ func TestLateWritesAreNotVotes(t *testing.T) {
 	t.Logf("SET k 1 XX: %v", xxErr)
 	if rel == int64(1) && relErr == nil && xxErr == nil {
 		t.Fatal("the release of a was told 1, then SET k 1 XX answered OK: XX wrote a free key")
+	}
+}
+
+// rwSrc is a reader-writer lock's step on two keys, as Redisson's
+// RReadWriteLock keeps them: the mode in a hash, the holder beside it.
+const rwSrc = `local m = redis.call("hget", KEYS[1], "mode")
+if m == false then
+  redis.call("hset", KEYS[1], "mode", ARGV[1])
+  redis.call("set", KEYS[2], ARGV[1], "px", 30000)
+  redis.call("pexpire", KEYS[1], 30000)
+  return 1
+end
+if m == "write" then
+  redis.call("hset", KEYS[1], "mode", "read")
+  redis.call("set", KEYS[2], ARGV[1], "px", 30000)
+  return 2
+end
+return 0`
+
+// A write of several keys waits its turn on a node as a write of one key
+// does. Node 2 has not read loop A's script (mode write) when loop B's
+// (write → read) comes: before order.go queued writes of several
+// stripes, node 2 was left out of B's and ran only A's once it read it,
+// a state of its own; with another node a step behind in the other
+// direction, no two of three agreed on the lock's state (the flake of
+// Redisson's reader-writer scripts in TestDifferentialQuorum).
+func TestSeveralKeysWaitTheirTurn(t *testing.T) {
+	nodes := startNodes(t, 3)
+	g2 := startGate(t, nodes[2].Addr)
+	b, err := quorum.New(quorum.Config{Nodes: []string{nodes[0].Addr, nodes[1].Addr, g2.addr}, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	own := g2.count()
+	_, cA, cB, onA := twoLoops(t, b, g2.count)
+	keys := []string{"rw", "rw:holder"}
+	if quorum.Stripe(keys[0]) == quorum.Stripe(keys[1]) {
+		t.Fatal("the two keys share a stripe: pick others")
+	}
+	for _, c := range []*redis.Client{cA, cB} { // classified: they run on their loops from now on
+		if err := c.Eval(ctx, rwSrc, []string{"warm", "warm:holder"}, "write").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	g2.set(own, onA, true) // node 2 does not read loop A's connection
+	if v, err := cA.Eval(ctx, rwSrc, keys, "write").Result(); v != int64(1) || err != nil {
+		t.Fatalf("A's step = %v, %v; want 1 (nodes 0 and 1)", v, err)
+	}
+	if v, err := cB.Eval(ctx, rwSrc, keys, "r1").Result(); v != int64(2) || err != nil {
+		t.Fatalf("B's step = %v, %v; want 2 (nodes 0 and 1)", v, err)
+	}
+	g2.set(own, onA, false)
+
+	want := fmt.Sprint(map[string]string{"mode": "read"}, " r1")
+	direct := directClients(t, nodes)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var got []string
+		for _, d := range direct {
+			h, _ := d.HGetAll(ctx, keys[0]).Result()
+			v, _ := d.Get(ctx, keys[1]).Result()
+			got = append(got, fmt.Sprint(h, " ", v))
+		}
+		if got[0] == want && got[1] == want && got[2] == want && b.RepairsPending() == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the nodes hold %q; want %q on each (every node runs both steps, in order)", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
