@@ -37,6 +37,7 @@ type advisory struct {
 	timers timers // the leases' timers (expiry.go)
 
 	releases luascripts.Releases // catalogued release scripts seen (evalFast)
+	loopOps  atomic.Int64        // commands the event loops started (loop.go)
 }
 
 // held is a key this process holds the advisory lock of. row is false for
@@ -136,50 +137,78 @@ func do(qs ...*query) error {
 	return first
 }
 
-// acquire is SET … NX for a key this process does not hold: lock and lease
-// row in one statement on the key's holder. done is false when the key
-// needs the general path (it is held here, or the expiry lies in the past).
+// acquire is SET … NX: refused at once for a key this process holds, live;
+// for a key it does not hold, lock and lease row in one statement on the
+// key's holder. done is false when the key needs the general path (held
+// here past its deadline, or the expiry lies in the past).
 func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend.SetOptions) (backend.SetResult, bool, error) {
+	st := a.b.stripe(k)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	g, res, done := a.acquireStart(st, k, token, o)
+	if g == nil {
+		return res, done, nil
+	}
+	if err := a.cover(ctx, g.q.dl); err != nil {
+		return backend.SetResult{}, true, err
+	}
+	g.h.submit(g.q)
+	res, err := a.acquireEnd(st, g, do(g.q))
+	return res, true, err
+}
+
+// grant is an acquire under way on its holder.
+type grant struct {
+	q   *query
+	h   *holder
+	now int64 // when it began, Unix ms
+}
+
+// acquireStart is acquire's first half, under st.mu: the statement to
+// submit, or (nil) its answer without one (done false: the general
+// path's).
+func (a *advisory) acquireStart(st *stripe, k dbKey, token []byte, o backend.SetOptions) (*grant, backend.SetResult, bool) {
 	now := wallNow()
 	var deadline int64
 	if !o.Expiry.IsZero() {
 		d := o.Expiry.Deadline(now)
 		if d.UnixMilli() <= now.UnixMilli() {
-			return backend.SetResult{}, false, nil
+			return nil, backend.SetResult{}, false
 		}
 		deadline = d.UnixMilli()
 	}
-	st := a.b.stripe(k)
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	if e := st.owned[k]; e != nil {
+		if e.valid() && e.state.live(now.UnixMilli()) {
+			return nil, backend.SetResult{}, true // held here: refused, whatever its type
+		}
 		if e.valid() {
-			return backend.SetResult{}, false, nil
+			return nil, backend.SetResult{}, false
 		}
 		if _, fenced := e.fence(now.UnixMilli()); fenced {
-			return backend.SetResult{}, true, nil
+			return nil, backend.SetResult{}, true
 		}
 		a.drop(st, k, e)
 	}
-	if err := a.cover(ctx, deadline); err != nil {
-		return backend.SetResult{}, true, err
-	}
-	h := a.holderOf(k)
-	deferred := a.deferrable(deadline, now.UnixMilli())
-	q := &query{kind: qAcquire, k: k, token: token, dl: deadline, deferred: deferred}
-	h.submit(q)
-	if err := do(q); err != nil {
-		return backend.SetResult{}, true, tryAgain(err)
+	q := &query{kind: qAcquire, k: k, token: token, dl: deadline, deferred: a.deferrable(deadline, now.UnixMilli())}
+	return &grant{q: q, h: a.holderOf(k), now: now.UnixMilli()}, backend.SetResult{}, true
+}
+
+// acquireEnd is acquire's second half, under st.mu, once g's statement
+// ran (err: it failed).
+func (a *advisory) acquireEnd(st *stripe, g *grant, err error) (backend.SetResult, error) {
+	q := g.q
+	if err != nil {
+		return backend.SetResult{}, tryAgain(err)
 	}
 	if !q.ok { // held, or fenced (the batch unlocked it again)
-		return backend.SetResult{}, true, nil
+		return backend.SetResult{}, nil
 	}
-	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen,
-		row: !deferred, deferred: deferred, granted: now.UnixMilli(), rowless: q.rowless}
-	st.owned[k] = e
+	e := &held{state: state{present: true, token: append(make([]byte, 0, len(q.token)), q.token...), deadline: q.dl}, lockID: q.id, h: g.h, gen: q.gen,
+		row: !q.deferred, deferred: q.deferred, granted: g.now, rowless: q.rowless}
+	st.owned[q.k] = e
 	a.rows.Add(1)
-	a.arm(k, e)
-	return backend.SetResult{Written: true}, true, nil
+	a.arm(q.k, e)
+	return backend.SetResult{Written: true}, nil
 }
 
 // advTx is one prepared operation of the advisory strategy.
@@ -443,30 +472,52 @@ func (a *advisory) countLive(ctx context.Context, db int, except [][]byte) (int6
 // elsewhere or by nobody, a fence, a lost session, an expired deadline, a
 // token that differs) takes the general path, which decides it as before.
 func (a *advisory) evalFast(ctx context.Context, sc backend.Script, keys []dbKey, args [][]byte, ro bool) (backend.Value, bool, error) {
-	if ro || len(keys) != 1 || len(args) < 1 || !a.releases.Is(sc) {
+	if !a.fastRelease(sc, len(keys), args, ro) {
 		return backend.Value{}, false, nil
 	}
 	k := keys[0]
 	st := a.b.stripe(k)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	e := st.owned[k]
-	// The general path's clock (advTx.clock): what the model would read.
-	if e == nil || !e.valid() || !e.state.live((&advTx{}).clock().UnixMilli()) || e.kind != model.KindString || !bytes.Equal(e.token, args[0]) {
+	e, q := a.releaseStart(st, k, args[0])
+	if q == nil {
 		return backend.Value{}, false, nil
 	}
-	q := &query{kind: qRelease, k: k, id: e.lockID, row: e.row, want: e.gen}
 	e.h.submit(q)
-	if err := do(q); err != nil {
+	v, err := a.releaseEnd(st, k, e, do(q))
+	return v, true, err
+}
+
+// fastRelease reports whether evalFast may take a script call: a
+// catalogued release of one key.
+func (a *advisory) fastRelease(sc backend.Script, nkeys int, args [][]byte, ro bool) bool {
+	return !ro && nkeys == 1 && len(args) >= 1 && a.releases.Is(sc)
+}
+
+// releaseStart is evalFast's first half, under st.mu: the release of k's
+// lease e with token, or nil (the general path's).
+func (a *advisory) releaseStart(st *stripe, k dbKey, token []byte) (*held, *query) {
+	e := st.owned[k]
+	// The general path's clock (advTx.clock): what the model would read.
+	if e == nil || !e.valid() || !e.state.live((&advTx{}).clock().UnixMilli()) || e.kind != model.KindString || !bytes.Equal(e.token, token) {
+		return nil, nil
+	}
+	return e, &query{kind: qRelease, k: k, id: e.lockID, row: e.row, want: e.gen}
+}
+
+// releaseEnd is evalFast's second half, under st.mu, once the release
+// ran (err: it failed).
+func (a *advisory) releaseEnd(st *stripe, k dbKey, e *held, err error) (backend.Value, error) {
+	if err != nil {
 		// As commit: a deferred lease without a row whose session ended
 		// stays, a fence in memory until fenceRowless writes its row.
 		if !e.deferred || e.row {
 			a.drop(st, k, e)
 		}
-		return backend.Value{}, true, tryAgain(err)
+		return backend.Value{}, tryAgain(err)
 	}
 	a.drop(st, k, e)
-	return backend.Int(1), true, nil
+	return backend.Int(1), nil
 }
 
 // reapStale deletes, every Config.ReapInterval, the lease rows whose holder

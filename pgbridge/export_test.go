@@ -35,3 +35,7 @@ func ArmedTimers(b *Backend) int {
 	}
 	return n
 }
+
+// LoopOps counts the commands the front end's event loops started on the
+// advisory strategy (loop.go).
+func LoopOps(b *Backend) int64 { return b.store.(*advisory).loopOps.Load() }

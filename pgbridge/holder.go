@@ -91,6 +91,15 @@ type query struct {
 	gen      uint64 // the generation it ran under
 	err      error
 	done     chan struct{}
+	then     func() // run once it ran or failed, by whoever finished it (loop.go)
+}
+
+// finish says q ran or failed: done closes, and then runs.
+func (q *query) finish() {
+	close(q.done)
+	if q.then != nil {
+		q.then()
+	}
 }
 
 type qkind uint8
@@ -115,7 +124,7 @@ func (h *holder) submit(q *query) {
 	if h.closed || h.a.b.ctx.Err() != nil {
 		h.mu.Unlock()
 		q.err = errors.New("pgbridge: closed")
-		close(q.done)
+		q.finish()
 		return
 	}
 	h.pending = append(h.pending, q)
@@ -157,7 +166,7 @@ func (h *holder) shut(err error) {
 	h.mu.Unlock()
 	for _, q := range h.take(nil, math.MaxInt) {
 		q.err = err
-		close(q.done)
+		q.finish()
 	}
 }
 
@@ -245,7 +254,7 @@ func (h *holder) failQueued(err error, d time.Duration) {
 	fail := func() {
 		for _, q := range h.take(nil, math.MaxInt) {
 			q.err = err
-			close(q.done)
+			q.finish()
 		}
 	}
 	fail()
@@ -521,7 +530,7 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 	}
 	for _, q := range run {
 		q.gen = gen
-		close(q.done)
+		q.finish()
 	}
 	return first
 }
@@ -537,7 +546,7 @@ func (h *holder) admit(gen uint64, batch []*query) (run, acq, rel, stmts []*quer
 	for _, q := range batch {
 		if q.want != 0 && q.want != gen {
 			q.err = errLost
-			close(q.done)
+			q.finish()
 			continue
 		}
 		if q.kind == qAcquire || q.locks {
@@ -546,7 +555,7 @@ func (h *holder) admit(gen uint64, batch []*query) (run, acq, rel, stmts []*quer
 			}
 			if held != nil {
 				q.err = held
-				close(q.done)
+				q.finish()
 				continue
 			}
 		}

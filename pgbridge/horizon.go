@@ -91,7 +91,7 @@ func fillMark(schema string) string {
 // cover makes sure the horizon covers deadline (Unix ms on this process's
 // clock) before a lease with it is granted or extended.
 func (a *advisory) cover(ctx context.Context, deadline int64) error {
-	if deadline == 0 || deadline <= a.horizon.Load() || deadline-nowMS() > maxCovered.Milliseconds() {
+	if a.covered(deadline) {
 		return nil
 	}
 	a.horizonMu.Lock()
@@ -115,6 +115,11 @@ func (a *advisory) cover(ctx context.Context, deadline int64) error {
 	}
 	a.horizon.Store(addMS(sent, left))
 	return nil
+}
+
+// covered reports whether cover has nothing to write for deadline.
+func (a *advisory) covered(deadline int64) bool {
+	return deadline == 0 || deadline <= a.horizon.Load() || deadline-nowMS() > maxCovered.Milliseconds()
 }
 
 // quarantineAfter reads, on a new holder session, how long leases granted
