@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 
@@ -297,8 +299,10 @@ func checkDashPanel(t *testing.T, p dashPanel) {
 			t.Errorf("%s: panel %q expr %q: %v", deployDashboard, p.Title, tg.Expr, err)
 		}
 		for _, s := range sels {
-			if !slices.Contains(s.Matchers, promMatcher{"instance", "=~", "$instance"}) {
-				t.Errorf("%s: panel %q: %s is not filtered by instance=~\"$instance\" in %q", deployDashboard, p.Title, s.Metric, tg.Expr)
+			if !slices.ContainsFunc(s.LabelMatchers, func(m *labels.Matcher) bool {
+				return m.Name == "instance" && m.Type == labels.MatchRegexp && m.Value == "$instance"
+			}) {
+				t.Errorf("%s: panel %q: %s is not filtered by instance=~\"$instance\" in %q", deployDashboard, p.Title, s.Name, tg.Expr)
 			}
 		}
 	}
@@ -415,17 +419,17 @@ func deployAwaitReady(t *testing.T, mode string, lp *testsrv.Binary) string {
 
 // deployTargetLabels are the labels Prometheus adds to every series it
 // scrapes: a selector may match on them.
-var deployTargetLabels = map[string]bool{"instance": true, "job": true, "__name__": true}
+var deployTargetLabels = map[string]bool{"instance": true, "job": true}
 
 // lacks says why no scraped series matches s's metric and label names and
 // values, or "" when one does. Values with a Grafana variable are not
 // compared; an alternation of plain names (a|b|c) needs each of them.
-func (all expoSeries) lacks(s promSelector) string {
-	samples, ok := all[s.Metric]
+func (all expoSeries) lacks(s *parser.VectorSelector) string {
+	samples, ok := all[s.Name]
 	if !ok {
-		return fmt.Sprintf("metric %s is in no mode's /metrics", s.Metric)
+		return fmt.Sprintf("metric %s is in no mode's /metrics", s.Name)
 	}
-	for _, m := range s.Matchers {
+	for _, m := range promLabelMatchers(s) {
 		if deployTargetLabels[m.Name] || strings.Contains(m.Value, "$") {
 			continue
 		}
@@ -436,18 +440,18 @@ func (all expoSeries) lacks(s promSelector) string {
 			}
 		}
 		if len(values) == 0 {
-			return fmt.Sprintf("metric %s has no label %s", s.Metric, m.Name)
+			return fmt.Sprintf("metric %s has no label %s", s.Name, m.Name)
 		}
 		var want []string
 		switch {
-		case m.Op == "=":
+		case m.Type == labels.MatchEqual:
 			want = []string{m.Value}
-		case m.Op == "=~" && regexp.MustCompile(`^[a-z0-9_]+(\|[a-z0-9_]+)*$`).MatchString(m.Value):
+		case m.Type == labels.MatchRegexp && regexp.MustCompile(`^[a-z0-9_]+(\|[a-z0-9_]+)*$`).MatchString(m.Value):
 			want = strings.Split(m.Value, "|")
 		}
 		for _, w := range want {
 			if !slices.Contains(values, w) {
-				return fmt.Sprintf("metric %s has no series with %s=%q (values %q)", s.Metric, m.Name, w, slices.Compact(slices.Sorted(slices.Values(values))))
+				return fmt.Sprintf("metric %s has no series with %s=%q (values %q)", s.Name, m.Name, w, slices.Compact(slices.Sorted(slices.Values(values))))
 			}
 		}
 	}
