@@ -79,11 +79,20 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		Name: "lockproxy_script_cache_entries",
 		Help: "Scripts in the EVALSHA cache.",
 	}, func() float64 { return float64(s.scripts.len()) })
+	maxClients := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lockproxy_max_clients",
+		Help: "The client connection limit (max-clients); a client beyond it is refused.",
+	})
+	maxClients.Set(float64(s.cfg.MaxClients))
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockproxy_ready",
+		Help: "1 when the backend can serve (what /readyz answers 200 for), 0 when not; asked at each scrape.",
+	}, s.ready)
 	forced := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockproxy_force_releases_total",
 		Help: "Held locks deleted by LOCKPROXY RELEASE.",
 	})
-	reg.MustRegister(commands, duration, clients, scripts, forced)
+	reg.MustRegister(commands, duration, clients, maxClients, ready, scripts, forced)
 
 	m := &metrics{byCmd: map[string]*cmdMetrics{}, locks: newLockMetrics(reg, s.b), forceReleases: forced}
 	names := append([]string{"unknown", "passthrough"}, keycmd.Names()...)
@@ -97,6 +106,23 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		m.byCmd[n].get()
 	}
 	return m
+}
+
+// ready is lockproxy_ready: 1 when the backend's Check passes within a
+// second, as /readyz asks it (a backend without backend.Checker is always
+// ready), 0 otherwise. A scrape runs it, so a backend that cannot decide
+// costs the scrape that second at most.
+func (s *Server) ready() float64 {
+	c, ok := s.b.(backend.Checker)
+	if !ok {
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+	defer cancel()
+	if c.Check(ctx) != nil {
+		return 0
+	}
+	return 1
 }
 
 // commandsTable lists the proxy's own command names.
