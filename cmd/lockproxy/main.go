@@ -139,7 +139,9 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 			ln.Close()
 			return fmt.Errorf("admin listen: %w", err)
 		}
-		hs := &http.Server{Handler: proxy.AdminHandler(reg, b), ReadHeaderTimeout: 5 * time.Second}
+		h := proxy.NewAdmin(srv, proxy.AdminConfig{Gatherer: reg})
+		defer h.Close()
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		go hs.Serve(admin)
 		defer hs.Close()
 	}
