@@ -105,9 +105,9 @@ type migrationPanel struct {
 // chart is an inline SVG line of samples over the last hour.
 type chart struct {
 	W, H   int
-	Points string // the polyline's points
+	Points string       // the polyline's points
+	Dots   [][2]float64 // the samples themselves
 	Max    float64
-	N      int
 }
 
 func (a *Admin) servePage(w http.ResponseWriter, r *http.Request, user string) {
@@ -282,8 +282,9 @@ func lineChart(samples []sample, now time.Time, span time.Duration, w, h int) ch
 		}
 		x := float64(w) * (1 - float64(age)/float64(span))
 		y := float64(h-4) * (1 - s.V/c.Max)
-		fmt.Fprintf(&b, "%.1f,%.1f ", x, y+2)
-		c.N++
+		x, y = math.Round(x*10)/10, math.Round((y+2)*10)/10
+		fmt.Fprintf(&b, "%g,%g ", x, y)
+		c.Dots = append(c.Dots, [2]float64{x, y})
 	}
 	c.Points = strings.TrimSpace(b.String())
 	return c
