@@ -81,7 +81,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	}, func() float64 { return float64(s.scripts.len()) })
 	forced := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockproxy_force_releases_total",
-		Help: "Held locks deleted by LOCKPROXY RELEASE.",
+		Help: "Held locks deleted by LOCKPROXY RELEASE or the admin port's POST /locks/{key}/release.",
 	})
 	reg.MustRegister(commands, duration, clients, scripts, forced)
 
