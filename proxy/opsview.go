@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 	"time"
@@ -11,8 +12,14 @@ import (
 // (topKeys entries, recentTryagain replies), and it is written only on
 // those outcomes, never on a grant. It is safe for concurrent use.
 type opsView struct {
-	mu       sync.Mutex
-	top      [topKeys]contended // space-saving: the first n are used
+	mu   sync.Mutex
+	seed maphash.Seed // set on first use
+	// The space-saving summary, the first n entries used: the hashes and
+	// counts apart from the keys, so that a refusal reads two cache
+	// lines of them, not one per key.
+	hashes   [topKeys]uint64
+	counts   [topKeys]uint64
+	top      [topKeys]contended
 	n        int
 	tryagain [recentTryagain]tryagainReply // a ring; next is the oldest once full
 	next     int
@@ -50,8 +57,11 @@ func (c *contended) is(db int, key []byte) bool {
 	return c.DB == db && string(c.key[:c.klen]) == string(key)
 }
 
-func (c *contended) set(db int, key []byte, count, err uint64) {
-	c.DB, c.Count, c.Err = db, count, err
+// put makes entry i key of db, counted count with error err.
+func (o *opsView) put(i int, h uint64, db int, key []byte, count, err uint64) {
+	o.hashes[i], o.counts[i] = h, count
+	c := &o.top[i]
+	c.DB, c.Err = db, err
 	c.klen = uint8(copy(c.key[:], key))
 }
 
@@ -70,30 +80,35 @@ func (o *opsView) contended(db int, key []byte) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.seed == (maphash.Seed{}) {
+		o.seed = maphash.MakeSeed()
+	}
+	h := maphash.Bytes(o.seed, key)
 	low := 0
 	for i := range o.n {
-		e := &o.top[i]
-		if e.is(db, key) {
-			e.Count++
+		if o.hashes[i] == h && o.top[i].is(db, key) {
+			o.counts[i]++
 			return
 		}
-		if e.Count < o.top[low].Count {
+		if o.counts[i] < o.counts[low] {
 			low = i
 		}
 	}
 	if o.n < topKeys {
-		o.top[o.n].set(db, key, 1, 0)
+		o.put(o.n, h, db, key, 1, 0)
 		o.n++
 		return
 	}
-	e := &o.top[low]
-	e.set(db, key, e.Count+1, e.Count)
+	o.put(low, h, db, key, o.counts[low]+1, o.counts[low])
 }
 
 // topContended returns the summary's keys, most refused first.
 func (o *opsView) topContended() []contended {
 	o.mu.Lock()
 	out := append([]contended(nil), o.top[:o.n]...)
+	for i := range out {
+		out[i].Count = o.counts[i]
+	}
 	o.mu.Unlock()
 	for i := 1; i < len(out); i++ { // at most topKeys: insertion sort
 		for j := i; j > 0 && out[j].Count > out[j-1].Count; j-- {

@@ -54,3 +54,29 @@ func TestOpsViewTryagain(t *testing.T) {
 		t.Errorf("ring after 25 replies: %d kept, newest %q, oldest %q; want %d, #24 … #5", len(got), got[0].Message, got[len(got)-1].Message, recentTryagain)
 	}
 }
+
+// BenchmarkOpsViewContended is what a refused acquire adds to its path:
+// "hit" refuses a key already in the summary, "churn" cycles over more
+// keys than it keeps (every call replaces an entry). Neither allocates.
+func BenchmarkOpsViewContended(b *testing.B) {
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("lockbench:%d", i))
+	}
+	b.Run("hit", func(b *testing.B) {
+		var o opsView
+		b.ReportAllocs()
+		for b.Loop() {
+			o.contended(0, keys[0])
+		}
+	})
+	b.Run("churn", func(b *testing.B) {
+		var o opsView
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			o.contended(0, keys[i])
+			i = (i + 1) % len(keys)
+		}
+	})
+}
