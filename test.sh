@@ -3,7 +3,7 @@
 # It installs what the tests need when it is missing (redis-server,
 # redis-cli/redis-benchmark, python3-redis, node and the node client
 # libraries from tests/node/package-lock.json, PHP with phpredis, predis
-# and Symfony Lock, PostgreSQL's server binaries), then vets and runs
+# and Symfony Lock, PostgreSQL's server binaries, chromium), then vets and runs
 # every test with the race detector. The tests start their own servers on free
 # loopback ports; a Redis or PostgreSQL already running is left alone.
 set -euo pipefail
@@ -19,6 +19,9 @@ command -v php >/dev/null || missing+=(php-cli)
 php -r 'exit(extension_loaded("redis") ? 0 : 1);' 2>/dev/null || missing+=(php-redis)
 [ -f /usr/share/php/Predis/autoload.php ] || missing+=(php-predis)
 [ -f /usr/share/php/Symfony/Component/Lock/Store/RedisStore.php ] || missing+=(php-symfony-lock)
+# Debian's chromium renders the admin port's status page headless
+# (tests/status_page_test.go: TestStatusPage).
+command -v chromium >/dev/null || missing+=(chromium)
 # PostgreSQL's server binaries (initdb, postgres): the tests start a
 # throwaway cluster of their own, or use LOCKPROXY_TEST_PG_DSN.
 if [ -z "${LOCKPROXY_TEST_PG_DSN:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then

@@ -61,12 +61,16 @@ func (cl *client) checkPass(user, pass string) backend.Value {
 
 // admin reports whether the connection's user holds the admin permission:
 // the default user does, as Redis's default user holds every permission.
-func (cl *client) admin() bool {
-	if cl.user == "" || cl.user == "default" {
+func (cl *client) admin() bool { return cl.s.admin(cl.user) }
+
+// admin reports whether user ("" is the default user) holds the admin
+// permission, over RESP and on the admin port alike.
+func (s *Server) admin(user string) bool {
+	if user == "" || user == "default" {
 		return true
 	}
-	for _, u := range cl.s.cfg.Users {
-		if u.Name == cl.user {
+	for _, u := range s.cfg.Users {
+		if u.Name == user {
 			return u.Admin
 		}
 	}

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"context"
+
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/backend/model"
 	"github.com/lockproxy/lockproxy/keycmd"
@@ -8,7 +10,8 @@ import (
 
 // The operator's LOCKPROXY subcommands (docs/operations.md), served here
 // on top of what every backend answers (SCAN, LOCKPROXY LOCK, DEL); FENCE,
-// LOCK and HELP are key commands (keycmd, model), scripts included.
+// LOCK and HELP are key commands (keycmd, model), scripts included. The
+// admin port's /locks routes (admin.go) share listLocks and forceRelease.
 //
 //	LOCKPROXY LOCKS cursor [MATCH pattern] [COUNT n]
 //	    the held keys of the selected database, paged as SCAN pages them:
@@ -16,6 +19,56 @@ import (
 //	LOCKPROXY RELEASE key
 //	    deletes the key whoever holds it: admin users only (NOPERM for
 //	    others, as FLUSHALL), logged and counted; 1 when it was held
+
+// Lock is one held key as the operator's views show it: LOCKPROXY LOCKS,
+// the admin port's /locks (as JSON, by these tags) and its status page.
+type Lock struct {
+	Key string `json:"key"`
+	// Token is the key's value; nil for a key of another type than a
+	// string (a hash or a set: a semaphore library's).
+	Token *string `json:"token"`
+	// Fence is the fencing token of the key's grant; nil when none is
+	// known (docs/fencing.md).
+	Fence *int64 `json:"fence"`
+	// TTLMillis is the time left, as PTTL: -1 when the key has no expiry.
+	TTLMillis int64 `json:"ttl_ms"`
+}
+
+// LockPage is one page of LOCKPROXY LOCKS: Cursor "0" ends the iteration.
+type LockPage struct {
+	Cursor string `json:"cursor"`
+	Locks  []Lock `json:"locks"`
+}
+
+// lockOf reads LOCKPROXY LOCK key's reply v into a Lock; ok is false when
+// the key is free.
+func lockOf(key string, v backend.Value) (l Lock, ok bool) {
+	if v.Kind != backend.KindArray || len(v.Elems) != 3 {
+		return Lock{}, false
+	}
+	l = Lock{Key: key, TTLMillis: v.Elems[2].Int}
+	if t := v.Elems[0]; !t.IsNil() {
+		s := string(t.Str)
+		l.Token = &s
+	}
+	if f := v.Elems[1]; f.Kind == backend.KindInt {
+		n := f.Int
+		l.Fence = &n
+	}
+	return l, true
+}
+
+// value is l as one entry of LOCKPROXY LOCKS: [key, token, fence, PTTL].
+func (l Lock) value() backend.Value {
+	tok, fence := backend.Value{Kind: backend.KindNil}, backend.Value{Kind: backend.KindNil}
+	if l.Token != nil {
+		tok = backend.BulkString(*l.Token)
+	}
+	if l.Fence != nil {
+		fence = backend.Int(*l.Fence)
+	}
+	return backend.Array(backend.BulkString(l.Key), tok, fence, backend.Int(l.TTLMillis))
+}
 
 // lockproxyOperator answers LOCKS and RELEASE (ok false for the other
 // subcommands, which the backend answers).
@@ -30,56 +83,79 @@ func (cl *client) lockproxyOperator(args [][]byte) (backend.Value, bool) {
 	if _, err := model.CheckLockproxy(args); err != nil {
 		return cl.errorValue("lockproxy", err), true
 	}
-	if sub == "release" {
-		return cl.forceRelease(args[2]), true
-	}
-	return cl.listLocks(args[2:]), true
-}
-
-// listLocks is LOCKS: SCAN with the same cursor and options, then each
-// key's LOCKPROXY LOCK; a key gone meanwhile is left out.
-func (cl *client) listLocks(scanArgs [][]byte) backend.Value {
 	ctx, cancel := cl.commandCtx()
 	defer cancel()
-	scan := keycmd.Lookup([]byte("scan"))
-	page, err := scan.Exec(ctx, cl.store(), cl.db, append([][]byte{[]byte("scan")}, scanArgs...))
+	if sub == "release" {
+		if !cl.admin() {
+			return backend.ErrorValue(backend.ErrNoPerm("lockproxy|release")), true
+		}
+		held, err := cl.s.forceRelease(ctx, cl.store(), cl.db, args[2], "user", cl.userName(), "client", cl.addr, "conn_id", cl.id)
+		if err != nil {
+			return cl.errorValue("lockproxy", err), true
+		}
+		return backend.Int(b2i(held)), true
+	}
+	page, err := listLocks(ctx, cl.store(), cl.db, args[2:])
 	if err != nil {
-		return cl.errorValue("lockproxy", err)
+		return cl.errorValue("lockproxy", err), true
+	}
+	out := make([]backend.Value, len(page.Locks))
+	for i, l := range page.Locks {
+		out[i] = l.value()
+	}
+	return backend.Array(backend.BulkString(page.Cursor), backend.Array(out...)), true
+}
+
+// listLocks is LOCKS: SCAN of db with the same cursor and options
+// (scanArgs: cursor [MATCH pattern] [COUNT n]), then each key's LOCKPROXY
+// LOCK; a key gone meanwhile is left out. Errors are those of the backend
+// (a ReplyError for a bad option, in SCAN's words).
+func listLocks(ctx context.Context, b backend.Backend, db int, scanArgs [][]byte) (LockPage, error) {
+	scan := keycmd.Lookup([]byte("scan"))
+	page, err := scan.Exec(ctx, b, db, append([][]byte{[]byte("scan")}, scanArgs...))
+	if err != nil {
+		return LockPage{}, err
 	}
 	if page.Kind != backend.KindArray || len(page.Elems) != 2 {
-		return backend.ErrorValue(backend.MsgInternal)
+		return LockPage{}, backend.Reply(backend.MsgInternal)
 	}
-	lock := keycmd.Lookup([]byte("lockproxy"))
-	var out []backend.Value
+	out := LockPage{Cursor: string(page.Elems[0].Str), Locks: []Lock{}}
 	for _, k := range page.Elems[1].Elems {
-		v, err := lock.Exec(ctx, cl.store(), cl.db, [][]byte{[]byte("lockproxy"), []byte("lock"), k.Str})
+		l, ok, err := readLock(ctx, b, db, k.Str)
 		if err != nil {
-			return cl.errorValue("lockproxy", err)
+			return LockPage{}, err
 		}
-		if v.Kind == backend.KindArray && len(v.Elems) == 3 {
-			out = append(out, backend.Array(backend.Bulk(k.Str), v.Elems[0], v.Elems[1], v.Elems[2]))
+		if ok {
+			out.Locks = append(out.Locks, l)
 		}
 	}
-	return backend.Array(page.Elems[0], backend.Array(out...))
+	return out, nil
 }
 
-// forceRelease is RELEASE.
-func (cl *client) forceRelease(key []byte) backend.Value {
-	if !cl.admin() {
-		return backend.ErrorValue(backend.ErrNoPerm("lockproxy|release"))
-	}
-	ctx, cancel := cl.commandCtx()
-	defer cancel()
-	v, err := keycmd.Lookup([]byte("del")).Exec(ctx, cl.store(), cl.db, [][]byte{[]byte("del"), key})
+// readLock is LOCKPROXY LOCK key as a Lock; ok is false when key is free.
+func readLock(ctx context.Context, b backend.Backend, db int, key []byte) (Lock, bool, error) {
+	v, err := keycmd.Lookup([]byte("lockproxy")).Exec(ctx, b, db, [][]byte{[]byte("lockproxy"), []byte("lock"), key})
 	if err != nil {
-		return cl.errorValue("lockproxy", err)
+		return Lock{}, false, err
 	}
-	cl.s.log.Warn("lock force-released", "key", string(key), "db", cl.db, "held", v.Int == 1,
-		"user", cl.userName(), "client", cl.addr, "conn_id", cl.id)
-	if cl.s.metrics != nil && v.Int == 1 {
-		cl.s.metrics.forceReleases.Inc()
+	l, ok := lockOf(string(key), v)
+	return l, ok, nil
+}
+
+// forceRelease is RELEASE, whoever asks (a RESP client or the admin
+// port, already found allowed): it deletes key in db of b, logs it at warn
+// with who (the user, the client and how it came) and counts it when the
+// key was held. held reports whether it was.
+func (s *Server) forceRelease(ctx context.Context, b backend.Backend, db int, key []byte, who ...any) (held bool, err error) {
+	v, err := keycmd.Lookup([]byte("del")).Exec(ctx, b, db, [][]byte{[]byte("del"), key})
+	if err != nil {
+		return false, err
 	}
-	return v
+	s.log.Warn("lock force-released", append([]any{"key", string(key), "db", db, "held", v.Int == 1}, who...)...)
+	if s.metrics != nil && v.Int == 1 {
+		s.metrics.forceReleases.Inc()
+	}
+	return v.Int == 1, nil
 }
 
 // userName is the connection's user as ACL names it.

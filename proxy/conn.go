@@ -142,6 +142,9 @@ func (cl *client) run(args [][]byte) (r result) {
 		}
 	}
 	r.v = cl.command(args)
+	if r.v.Kind == backend.KindError && isTryagain(r.v.Str) {
+		s.ops.sawTryagain(cl.lastCmd, r.v.Str)
+	}
 	r.raw, cl.raw = cl.raw, nil
 	cl.afterCommand(cl.lastCmd)
 	r.after, cl.invalAfter = cl.invalAfter, nil
@@ -404,8 +407,13 @@ func (cl *client) keyCommand(kc *keycmd.Command, args [][]byte) backend.Value {
 	} else {
 		cl.touched(kc, args) // tracking and blocked clients (tracking.go)
 	}
-	if cl.s.metrics != nil {
-		cl.s.metrics.locks.observe(kc.Name, args, v)
+	if o, ok := acquireOutcome(kc.Name, args, v); ok {
+		if cl.s.metrics != nil {
+			cl.s.metrics.locks.counts[o].Add(1)
+		}
+		if o == outcomeContended {
+			cl.s.ops.contended(cl.db, args[1])
+		}
 	}
 	return v
 }
@@ -419,18 +427,25 @@ func (cl *client) store() backend.Backend {
 	return cl.s.b
 }
 
-// errorValue maps a failure to its reply: the one place that does it.
+// errorValue maps a failure to its reply.
 func (cl *client) errorValue(cmd string, err error) backend.Value {
+	return cl.s.errorValue(cmd, err, "conn_id", cl.id)
+}
+
+// errorValue maps a failure to its reply, for a client or the admin port
+// (who: the log fields saying whose command it was): the one place that
+// does it.
+func (s *Server) errorValue(cmd string, err error, who ...any) backend.Value {
 	var re *backend.ReplyError
 	switch {
 	case errors.As(err, &re):
 		return backend.ErrorValue(re.Reply)
 	case errors.Is(err, context.DeadlineExceeded):
-		return backend.ErrorValue(fmt.Sprintf("TRYAGAIN %s timed out after %s", cmd, cl.s.cfg.CommandTimeout))
+		return backend.ErrorValue(fmt.Sprintf("TRYAGAIN %s timed out after %s", cmd, s.cfg.CommandTimeout))
 	case errors.Is(err, context.Canceled):
 		return backend.ErrorValue("TRYAGAIN " + cmd + " cancelled: the server is shutting down")
 	}
-	cl.s.log.Error("command failed", "conn_id", cl.id, "cmd", cmd, "err", err)
+	s.log.Error("command failed", append(who, "cmd", cmd, "err", err)...)
 	return backend.ErrorValue(backend.MsgInternal)
 }
 

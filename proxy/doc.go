@@ -44,6 +44,12 @@
 //     every 250 ms.
 //   - A panic while serving a command answers "-ERR internal error", is
 //     logged with its stack, and closes that connection only.
+//   - The admin port (Admin, admin.go): /metrics, /healthz, /readyz open;
+//     the locks as JSON and the status page behind the RESP users (HTTP
+//     Basic, the admin permission to release), sharing LOCKPROXY LOCKS'
+//     and RELEASE's code. The page's contended keys and TRYAGAIN replies
+//     (opsview.go) are kept in bounded memory, written on those outcomes
+//     only.
 //   - Shutdown stops accepting, lets every command already received finish
 //     and its reply reach the client, then closes the connections. A failed
 //     Accept is logged and retried with a backoff of up to a second.

@@ -98,9 +98,9 @@ func newLockMetrics(reg prometheus.Registerer, b backend.Backend) *lockMetrics {
 	return m
 }
 
-// observe counts the reply v to the key command name with args when it is
-// an acquisition.
-func (m *lockMetrics) observe(name string, args [][]byte, v backend.Value) {
+// acquireOutcome classifies the reply v to the key command name with
+// args: ok is false when it is not an acquisition.
+func acquireOutcome(name string, args [][]byte, v backend.Value) (outcome int, ok bool) {
 	switch name {
 	case "setnx":
 	case "set":
@@ -110,21 +110,20 @@ func (m *lockMetrics) observe(name string, args [][]byte, v backend.Value) {
 			case keycmd.EqFold(a, "nx"):
 				nx = true
 			case keycmd.EqFold(a, "get"):
-				return // SET … NX GET answers the old value: not an acquire reply
+				return 0, false // SET … NX GET answers the old value: not an acquire reply
 			}
 		}
 		if !nx {
-			return
+			return 0, false
 		}
 	default:
-		return
+		return 0, false
 	}
 	switch {
 	case v.Kind == backend.KindError:
-		m.counts[outcomeFailed].Add(1)
+		return outcomeFailed, true
 	case v.IsNil() || (v.Kind == backend.KindInt && v.Int == 0):
-		m.counts[outcomeContended].Add(1)
-	default:
-		m.counts[outcomeAcquired].Add(1)
+		return outcomeContended, true
 	}
+	return outcomeAcquired, true
 }

@@ -90,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	}, s.ready)
 	forced := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockproxy_force_releases_total",
-		Help: "Held locks deleted by LOCKPROXY RELEASE.",
+		Help: "Held locks deleted by LOCKPROXY RELEASE or the admin port's POST /locks/{key}/release.",
 	})
 	reg.MustRegister(commands, duration, clients, maxClients, ready, scripts, forced)
 

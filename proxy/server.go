@@ -121,6 +121,7 @@ type Server struct {
 	blockers blockers // clients blocked in BLPOP/BRPOP (blocking.go)
 	started  time.Time
 	metrics  *metrics // nil without a Registerer
+	ops      opsView  // contended keys and TRYAGAIN replies, for the status page
 	// immediate: the backend never blocks (backend.Immediate), so key
 	// commands need no deadline of their own.
 	immediate bool

@@ -133,16 +133,12 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, Passthrough: up, BackendName: cfg.Backend, Logger: log, Registerer: reg,
 		DataPath: cfg.dataPath(),
 	}, b)
-	if cfg.AdminListen != "" {
-		admin, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("admin listen: %w", err)
-		}
-		hs := &http.Server{Handler: proxy.AdminHandler(reg, b), ReadHeaderTimeout: 5 * time.Second}
-		go hs.Serve(admin)
-		defer hs.Close()
+	stopAdmin, err := serveAdmin(cfg.AdminListen, srv, reg)
+	if err != nil {
+		ln.Close()
+		return err
 	}
+	defer stopAdmin()
 	log.Info("lockproxy started", startFields(cfg, ln.Addr().String(), tlsCfg != nil, warnings)...)
 
 	served := make(chan error, 1)
@@ -163,6 +159,26 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// serveAdmin serves the admin port (metrics, health, the locks and the
+// status page) on addr until the returned stop; an empty addr serves
+// nothing.
+func serveAdmin(addr string, srv *proxy.Server, reg *prometheus.Registry) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin listen: %w", err)
+	}
+	h := proxy.NewAdmin(srv, proxy.AdminConfig{Gatherer: reg})
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go hs.Serve(ln)
+	return func() {
+		hs.Close()
+		h.Close()
+	}, nil
 }
 
 // withMigration wraps b in the migration backend for cfg.MigrateFrom; on
