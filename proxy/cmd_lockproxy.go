@@ -12,7 +12,8 @@ import (
 //
 //	LOCKPROXY LOCKS cursor [MATCH pattern] [COUNT n]
 //	    the held keys of the selected database, paged as SCAN pages them:
-//	    [cursor, [[key, token, fence, PTTL] ...]]
+//	    [cursor, [[key, token, fence, PTTL, holder] ...]] (holder: the
+//	    map of model.HolderValue)
 //	LOCKPROXY RELEASE key
 //	    deletes the key whoever holds it: admin users only (NOPERM for
 //	    others, as FLUSHALL), logged and counted; 1 when it was held
@@ -56,8 +57,8 @@ func (cl *client) listLocks(scanArgs [][]byte) backend.Value {
 		if err != nil {
 			return cl.errorValue("lockproxy", err)
 		}
-		if v.Kind == backend.KindArray && len(v.Elems) == 3 {
-			out = append(out, backend.Array(backend.Bulk(k.Str), v.Elems[0], v.Elems[1], v.Elems[2]))
+		if v.Kind == backend.KindArray && len(v.Elems) >= 3 { // a key gone meanwhile is nil
+			out = append(out, backend.Array(append([]backend.Value{backend.Bulk(k.Str)}, v.Elems...)...))
 		}
 	}
 	return backend.Array(page.Elems[0], backend.Array(out...))

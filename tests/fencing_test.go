@@ -81,7 +81,7 @@ func checkFences(t *testing.T, c *redis.Client, prefix string, inScript, perRead
 		t.Errorf("fence of another token = %d; want nil", f)
 	}
 	lock, err := c.Do(ctx, "LOCKPROXY", "LOCK", k).Slice()
-	if err != nil || len(lock) != 3 || lock[0] != "a" || (lock[1] != last[k]) != perRead || lock[2].(int64) <= 0 {
+	if err != nil || len(lock) != 4 || lock[0] != "a" || (lock[1] != last[k]) != perRead || lock[2].(int64) <= 0 {
 		t.Errorf("LOCKPROXY LOCK %s = %v, %v; want [a %d PTTL]", k, lock, err, last[k])
 	}
 	if _, err := c.Do(ctx, "LOCKPROXY", "LOCK", prefix+"absent").Result(); err != redis.Nil {
