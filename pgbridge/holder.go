@@ -217,6 +217,7 @@ func (h *holder) connect() (*pgx.Conn, error) {
 		return nil, err
 	}
 	cfg.RuntimeParams["application_name"] = "lockproxy holder " + h.name
+	cfg.RuntimeParams[internalParam] = "on"
 	// Each statement of a batch takes its own snapshot: the fence check
 	// after the acquires must see what was committed before their locks.
 	cfg.RuntimeParams["default_transaction_isolation"] = "read committed"

@@ -270,6 +270,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if pcfg.MaxConns < 16 {
 		pcfg.MaxConns = 16
 	}
+	pcfg.ConnConfig.RuntimeParams[internalParam] = "on" // the lease rows' guard lets lockproxy's own deletes through (release.go)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgbridge: %w", err)
@@ -367,6 +368,7 @@ func (b *Backend) createSchema(ctx context.Context) error {
 		END $$`,
 	}
 	ddl = append(ddl, b.store.extraDDL()...)
+	ddl = append(ddl, releaseDDL(b.cfg.Schema, b.table, b.cfg.Strategy == Advisory)...)
 	for _, q := range ddl {
 		if _, err := b.pool.Exec(ctx, q); err != nil {
 			var pe *pgconn.PgError

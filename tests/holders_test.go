@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/migrate"
@@ -184,6 +183,19 @@ func TestHolders(t *testing.T) {
 			if f, _ := holderOf(t, ops, p+"nx"); f["client_user"] != "ops" || f["client_name"] != "" {
 				t.Errorf("a new grant by ops: %v; want client_user ops, no name", f)
 			}
+			if nodes != nil {
+				// On which nodes: one node loses the key.
+				n0 := redis.NewClient(&redis.Options{Addr: nodes[0].Addr, MaxRetries: -1})
+				if err := n0.Del(ctx, p+"script").Err(); err != nil {
+					t.Fatal(err)
+				}
+				n0.Close()
+				_, got := holderOf(t, ops, p+"script")
+				checkNodes(t, p+"script", nodes, got, 2)
+				if got[nodes[0].Addr] != 0 {
+					t.Errorf("nodes = %v; want %s at 0", got, nodes[0].Addr)
+				}
+			}
 			// LOCKS carries the same holder after the key.
 			res, err := ops.Do(ctx, "LOCKPROXY", "LOCKS", "0", "MATCH", p+"script", "COUNT", "1000").Slice()
 			if err != nil {
@@ -226,5 +238,3 @@ func checkNodes(t *testing.T, key string, nodes []*testsrv.Redis, got map[string
 		t.Errorf("%s: nodes = %v; want held on %d", key, got, want)
 	}
 }
-
-var _ = backend.Holder{}
