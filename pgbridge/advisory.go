@@ -166,7 +166,7 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 	}
 	h := a.holderOf(k)
 	deferred := a.deferrable(deadline, now.UnixMilli())
-	q := &query{kind: qAcquire, k: k, token: token, dl: deadline, deferred: deferred}
+	q := &query{kind: qAcquire, k: k, token: token, dl: deadline, deferred: deferred, grant: backend.Grant{At: now.UnixMilli(), Holder: backend.HolderOf(ctx)}}
 	h.submit(q)
 	if err := do(q); err != nil {
 		return backend.SetResult{}, true, tryAgain(err)
@@ -174,7 +174,7 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 	if !q.ok { // held, or fenced (the batch unlocked it again)
 		return backend.SetResult{}, true, nil
 	}
-	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline}, lockID: q.id, h: h, gen: q.gen,
+	e := &held{state: state{present: true, token: append(make([]byte, 0, len(token)), token...), deadline: deadline, grant: q.grant}, lockID: q.id, h: h, gen: q.gen,
 		row: !deferred, deferred: deferred, granted: now.UnixMilli(), rowless: q.rowless}
 	st.owned[k] = e
 	a.rows.Add(1)
@@ -376,8 +376,9 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 			// deferred lease that changes gets its row now.
 			q = t.a.rowQuery(k, e, s)
 		case !s.same(e.state):
-			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, kind = $5, deadline_ms = $4, fencing_token = $6 WHERE db = $1 AND key = $2`,
-				args: []any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline), int16(s.kind), fencingParam(s.fencing)}}
+			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, kind = $5, deadline_ms = $4, fencing_token = $6,
+					granted_ms = $7, client_addr = $8, client_name = $9, client_user = $10, granted_by = $11 WHERE db = $1 AND key = $2`,
+				args: append([]any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline), int16(s.kind), fencingParam(s.fencing)}, grantParams(s.grant)...)}
 		default:
 			continue
 		}

@@ -121,7 +121,8 @@ type state struct {
 	kind     uint8
 	token    []byte
 	deadline int64
-	fencing  int64 // the grant's fencing token, from the sequence (fencing.go); 0: none known
+	fencing  int64         // the grant's fencing token, from the sequence (fencing.go); 0: none known
+	grant    backend.Grant // when and for whom it was granted (holders.go); zero: unknown
 }
 
 // same reports whether s and o are the same state.
@@ -357,6 +358,9 @@ func (b *Backend) createSchema(ctx context.Context) error {
 		// before fencing tokens.
 		"ALTER TABLE " + b.table + " ADD COLUMN IF NOT EXISTS fencing_token bigint",
 		"CREATE SEQUENCE IF NOT EXISTS " + b.fencing,
+		// Who took the lock (holders.go); NULL when unknown.
+		"ALTER TABLE " + b.table + " ADD COLUMN IF NOT EXISTS granted_ms bigint, ADD COLUMN IF NOT EXISTS client_addr text, " +
+			"ADD COLUMN IF NOT EXISTS client_name text, ADD COLUMN IF NOT EXISTS client_user text, ADD COLUMN IF NOT EXISTS granted_by text",
 		// For people: key and token as text (bytes outside printable ASCII
 		// as \ooo escapes), psql showing bytea in hex otherwise.
 		`DO $$ BEGIN
