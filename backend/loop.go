@@ -72,10 +72,12 @@ type LoopWriter interface {
 // would have returned; or returns false and does nothing, and the caller
 // runs the command the ordinary way.
 type LoopBackend interface {
-	// StartSet is Set, started on the loop; deadline is the command's.
-	StartSet(db int, key string, token []byte, o SetOptions, deadline time.Time, done func(SetResult, error)) bool
-	// StartEval is Eval, started on the loop; deadline is the command's.
-	StartEval(db int, s Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(Value, error)) bool
+	// StartSet is Set, started on the loop; deadline is the command's, h
+	// its client (HolderOf the context Set would have had).
+	StartSet(h *Holder, db int, key string, token []byte, o SetOptions, deadline time.Time, done func(SetResult, error)) bool
+	// StartEval is Eval, started on the loop; deadline is the command's, h
+	// its client.
+	StartEval(h *Holder, db int, s Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(Value, error)) bool
 	// StartGet is Get, started on the loop; deadline is the command's.
 	StartGet(db int, key string, deadline time.Time, done func(token []byte, ok bool, err error)) bool
 	// StartPTTL is PTTL, started on the loop; deadline is the command's.

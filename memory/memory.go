@@ -108,11 +108,13 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	}
 	c := &keycmd.ScriptCaller{DB: db, RO: ro, Hub: b.hub}
 	b.mu.Lock()
-	c.KS = b.view(time.Now().UnixMilli())
-	v, err := b.runner.Run(ctx, s, keys, args, c)
+	v := b.view(time.Now().UnixMilli())
+	v.Holder = backend.HolderOf(ctx)
+	c.KS = v
+	res, err := b.runner.Run(ctx, s, keys, args, c)
 	b.mu.Unlock()
 	c.Deliver() // its messages, now that every client sees its changes
-	return v, err
+	return res, err
 }
 
 var _ backend.Publisher = (*Backend)(nil)
@@ -121,12 +123,14 @@ var _ backend.Publisher = (*Backend)(nil)
 func (b *Backend) SetHub(h backend.Hub) { b.hub = h }
 
 // Set implements backend.KeySpace.
-func (b *Backend) Set(_ context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
+func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
+	h := backend.HolderOf(ctx)
 	sh, now, err := b.lock(db, key)
 	if err != nil {
 		return backend.SetResult{}, err
 	}
 	defer b.unlock(sh)
+	sh.sp.Holder = h
 	return sh.sp.Set(db, key, token, o, now)
 }
 
@@ -220,7 +224,10 @@ func (b *Backend) Persist(_ context.Context, db int, key string) (bool, error) {
 
 // MSet implements backend.KeySpace.
 func (b *Backend) MSet(ctx context.Context, db int, pairs []backend.KV, nx bool) (ok bool, err error) {
-	err = b.all(db, func(v *model.View) { ok, _ = v.MSet(ctx, db, pairs, nx) })
+	err = b.all(db, func(v *model.View) {
+		v.Holder = backend.HolderOf(ctx)
+		ok, _ = v.MSet(ctx, db, pairs, nx)
+	})
 	return ok, err
 }
 
@@ -239,9 +246,12 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 			return backend.Value{}, err
 		}
 		defer b.unlock(sh)
-		return (&model.View{Now: now, Spaces: []*model.Space{&sh.sp}}).Do(ctx, db, keys, args)
+		return (&model.View{Now: now, Spaces: []*model.Space{&sh.sp}, Holder: backend.HolderOf(ctx)}).Do(ctx, db, keys, args)
 	}
-	if aerr := b.all(db, func(mv *model.View) { v, err = mv.Do(ctx, db, keys, args) }); aerr != nil {
+	if aerr := b.all(db, func(mv *model.View) {
+		mv.Holder = backend.HolderOf(ctx)
+		v, err = mv.Do(ctx, db, keys, args)
+	}); aerr != nil {
 		return backend.Value{}, aerr
 	}
 	return v, err

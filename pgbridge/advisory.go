@@ -145,7 +145,7 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 	st := a.b.stripe(k)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	g, res, done := a.acquireStart(st, k, token, o)
+	g, res, done := a.acquireStart(st, k, token, o, backend.HolderOf(ctx))
 	if g == nil {
 		return res, done, nil
 	}
@@ -157,17 +157,17 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 	return res, true, err
 }
 
-// grant is an acquire under way on its holder.
-type grant struct {
+// acquiring is an acquire under way on its holder session.
+type acquiring struct {
 	q   *query
 	h   *holder
 	now int64 // when it began, Unix ms
 }
 
 // acquireStart is acquire's first half, under st.mu: the statement to
-// submit, or (nil) its answer without one (done false: the general
-// path's).
-func (a *advisory) acquireStart(st *stripe, k dbKey, token []byte, o backend.SetOptions) (*grant, backend.SetResult, bool) {
+// submit for holder hd, or (nil) its answer without one (done false: the
+// general path's).
+func (a *advisory) acquireStart(st *stripe, k dbKey, token []byte, o backend.SetOptions, hd *backend.Holder) (*acquiring, backend.SetResult, bool) {
 	now := wallNow()
 	var deadline int64
 	if !o.Expiry.IsZero() {
@@ -189,13 +189,13 @@ func (a *advisory) acquireStart(st *stripe, k dbKey, token []byte, o backend.Set
 		}
 		a.drop(st, k, e)
 	}
-	q := &query{kind: qAcquire, k: k, token: token, dl: deadline, deferred: a.deferrable(deadline, now.UnixMilli())}
-	return &grant{q: q, h: a.holderOf(k), now: now.UnixMilli()}, backend.SetResult{}, true
+	q := &query{kind: qAcquire, k: k, token: token, dl: deadline, deferred: a.deferrable(deadline, now.UnixMilli()), grant: backend.Grant{At: now.UnixMilli(), Holder: hd}}
+	return &acquiring{q: q, h: a.holderOf(k), now: now.UnixMilli()}, backend.SetResult{}, true
 }
 
 // acquireEnd is acquire's second half, under st.mu, once g's statement
 // ran (err: it failed).
-func (a *advisory) acquireEnd(st *stripe, g *grant, err error) (backend.SetResult, error) {
+func (a *advisory) acquireEnd(st *stripe, g *acquiring, err error) (backend.SetResult, error) {
 	q := g.q
 	if err != nil {
 		return backend.SetResult{}, tryAgain(err)
@@ -203,7 +203,7 @@ func (a *advisory) acquireEnd(st *stripe, g *grant, err error) (backend.SetResul
 	if !q.ok { // held, or fenced (the batch unlocked it again)
 		return backend.SetResult{}, nil
 	}
-	e := &held{state: state{present: true, token: append(make([]byte, 0, len(q.token)), q.token...), deadline: q.dl}, lockID: q.id, h: g.h, gen: q.gen,
+	e := &held{state: state{present: true, token: append(make([]byte, 0, len(q.token)), q.token...), deadline: q.dl, grant: q.grant}, lockID: q.id, h: g.h, gen: q.gen,
 		row: !q.deferred, deferred: q.deferred, granted: g.now, rowless: q.rowless}
 	st.owned[q.k] = e
 	a.rows.Add(1)
@@ -405,8 +405,9 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 			// deferred lease that changes gets its row now.
 			q = t.a.rowQuery(k, e, s)
 		case !s.same(e.state):
-			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, kind = $5, deadline_ms = $4, fencing_token = $6 WHERE db = $1 AND key = $2`,
-				args: []any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline), int16(s.kind), fencingParam(s.fencing)}}
+			q = &query{sql: `UPDATE ` + b.table + ` SET token = $3, kind = $5, deadline_ms = $4, fencing_token = $6,
+					granted_ms = $7, client_addr = $8, client_name = $9, client_user = $10, granted_by = $11 WHERE db = $1 AND key = $2`,
+				args: append([]any{k.db, []byte(k.key), s.token, deadlineParam(s.deadline), int16(s.kind), fencingParam(s.fencing)}, grantParams(s.grant)...)}
 		default:
 			continue
 		}

@@ -336,13 +336,15 @@ func (a *advisory) deferrable(deadline, now int64) bool {
 // counted for DBSIZE (count.go).
 func (a *advisory) rowQuery(k dbKey, e *held, s state) *query {
 	begins, h, gen := !e.row && !e.deferred, e.h, e.gen
-	q := &query{sql: `INSERT INTO ` + a.b.table + ` AS t (db, key, lock_id, token, kind, deadline_ms, holder, holder_pid, fencing_token)
-		VALUES ($1, $2, $3, $4, $7, $5, $6, pg_backend_pid(), $8)
+	q := &query{sql: `INSERT INTO ` + a.b.table + ` AS t (db, key, lock_id, token, kind, deadline_ms, holder, holder_pid, fencing_token,
+			granted_ms, client_addr, client_name, client_user, granted_by)
+		VALUES ($1, $2, $3, $4, $7, $5, $6, pg_backend_pid(), $8, $9, $10, $11, $12, $13)
 		ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token, kind = EXCLUDED.kind,
 			deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid,
-			fencing_token = EXCLUDED.fencing_token
+			fencing_token = EXCLUDED.fencing_token, granted_ms = EXCLUDED.granted_ms, client_addr = EXCLUDED.client_addr,
+			client_name = EXCLUDED.client_name, client_user = EXCLUDED.client_user, granted_by = EXCLUDED.granted_by
 		WHERE NOT ` + fencedBy("t") + ` RETURNING 1`,
-		args: []any{k.db, []byte(k.key), e.lockID, s.token, deadlineParam(s.deadline), e.h.name, int16(s.kind), fencingParam(s.fencing)}, want: e.gen}
+		args: append([]any{k.db, []byte(k.key), e.lockID, s.token, deadlineParam(s.deadline), e.h.name, int16(s.kind), fencingParam(s.fencing)}, grantParams(s.grant)...), want: e.gen}
 	q.scan = func(r pgx.Row) error {
 		var one int
 		if err := r.Scan(&one); errors.Is(err, pgx.ErrNoRows) {

@@ -86,6 +86,7 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 	opErr := op(&model.View{
 		Now:    now,
 		Spaces: []*model.Space{sp},
+		Holder: backend.HolderOf(ctx),
 		Admit: func(db int, key string) error { // a script touching an undeclared key reruns with it
 			if _, ok := before[dbKey{db, key}]; !ok {
 				missing = append(missing, dbKey{db, key})
@@ -123,6 +124,7 @@ func load(sp *model.Space, states map[dbKey]state, now int64) error {
 		case s.kind == model.KindString:
 			sp.Put(k.db, k.key, model.Entry{Token: s.token, Deadline: s.deadline})
 			sp.SetFence(k.db, k.key, uint64(s.fencing))
+			sp.SetGrant(k.db, k.key, s.grant)
 		default:
 			o, err := model.Decode(s.kind, s.token)
 			if err != nil {
@@ -130,6 +132,7 @@ func load(sp *model.Space, states map[dbKey]state, now int64) error {
 			}
 			sp.PutObject(k.db, k.key, o, s.deadline)
 			sp.SetFence(k.db, k.key, uint64(s.fencing))
+			sp.SetGrant(k.db, k.key, s.grant)
 		}
 	}
 	return nil
@@ -143,9 +146,10 @@ func readState(sp *model.Space, k dbKey, now int64) state {
 		return state{}
 	case o != nil:
 		kind, data := model.Encode(o)
-		return state{present: true, kind: kind, token: data, deadline: e.Deadline, fencing: int64(e.Fence)}
+		return state{present: true, kind: kind, token: data, deadline: e.Deadline, fencing: int64(e.Fence), grant: backend.Grant{At: e.Granted, Holder: e.Holder}}
 	}
-	return state{present: true, token: append(make([]byte, 0, len(e.Token)), e.Token...), deadline: e.Deadline, fencing: int64(e.Fence)} // never nil: a nil []byte is SQL NULL
+	return state{present: true, token: append(make([]byte, 0, len(e.Token)), e.Token...), deadline: e.Deadline, fencing: int64(e.Fence),
+		grant: backend.Grant{At: e.Granted, Holder: e.Holder}} // never nil: a nil []byte is SQL NULL
 }
 
 // live reports whether s is present and not expired at now (Unix ms).

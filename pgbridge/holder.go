@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockproxy/lockproxy/backend"
 )
 
 // A holder is one dedicated PostgreSQL session that holds the advisory
@@ -76,6 +78,7 @@ type query struct {
 	kind     qkind
 	k        dbKey
 	token    []byte        // acquire
+	grant    backend.Grant // acquire: when and for whom
 	dl       int64         // acquire: deadline, Unix ms, 0 for none
 	deferred bool          // acquire: without a row (deferred.go)
 	rowless  *atomic.Int64 // a deferred acquire granted: its session's count (holder.rowless)
@@ -226,6 +229,7 @@ func (h *holder) connect() (*pgx.Conn, error) {
 		return nil, err
 	}
 	cfg.RuntimeParams["application_name"] = "lockproxy holder " + h.name
+	cfg.RuntimeParams[internalParam] = "on"
 	// Each statement of a batch takes its own snapshot: the fence check
 	// after the acquires must see what was committed before their locks.
 	cfg.RuntimeParams["default_transaction_isolation"] = "read committed"
@@ -414,12 +418,15 @@ func anyRow(qs []*query) bool {
 func (h *holder) acquireSQL() string {
 	return `WITH l AS MATERIALIZED (
 			SELECT u.*, pg_try_advisory_lock(hashtextextended(u.ht, u.db::bigint)) AS ok, hashtextextended(u.ht, u.db::bigint) AS id
-			FROM unnest($1::int[], $2::bytea[], $3::text[], $4::bytea[], $5::bigint[], $7::bool[]) WITH ORDINALITY AS u(db, key, ht, token, deadline, d, ord)),
-		ins AS (INSERT INTO ` + h.a.b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid)
-			SELECT db, key, id, token, deadline, $6, pg_backend_pid() FROM l WHERE ok AND NOT d
+			FROM unnest($1::int[], $2::bytea[], $3::text[], $4::bytea[], $5::bigint[], $7::bool[],
+				$8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[]) WITH ORDINALITY AS u(db, key, ht, token, deadline, d, gms, ca, cn, cu, gb, ord)),
+		ins AS (INSERT INTO ` + h.a.b.table + ` AS t (db, key, lock_id, token, deadline_ms, holder, holder_pid,
+				granted_ms, client_addr, client_name, client_user, granted_by)
+			SELECT db, key, id, token, deadline, $6, pg_backend_pid(), gms, ca, cn, cu, gb FROM l WHERE ok AND NOT d
 			ON CONFLICT (db, key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token, kind = 0,
 				deadline_ms = EXCLUDED.deadline_ms, holder = EXCLUDED.holder, holder_pid = EXCLUDED.holder_pid,
-				fencing_token = NULL
+				fencing_token = NULL, granted_ms = EXCLUDED.granted_ms, client_addr = EXCLUDED.client_addr,
+				client_name = EXCLUDED.client_name, client_user = EXCLUDED.client_user, granted_by = EXCLUDED.granted_by
 			WHERE NOT ` + fencedBy("t") + `
 			RETURNING t.db, t.key)
 		SELECT l.ord, l.ok AND (l.d OR ins.db IS NOT NULL), l.id, CASE WHEN l.ok AND NOT l.d AND ins.db IS NULL THEN pg_advisory_unlock(l.id) END
@@ -436,7 +443,8 @@ func (h *holder) acquireArgs(qs []*query) []any {
 			dls[i] = &q.dl
 		}
 	}
-	return []any{dbs, keys, hts, toks, dls, h.name, ds}
+	g := grantArrays(qs)
+	return []any{dbs, keys, hts, toks, dls, h.name, ds, g.at, g.addr, g.name, g.user, g.by}
 }
 
 // readRows reads a merged statement's rows (ordinality, ok, id, and a

@@ -92,7 +92,7 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 		pb.Queue(`SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, $2::int::bigint))`, hashText(k.key), k.db)
 	}
 	for _, k := range t.keys {
-		pb.Queue(`SELECT token, kind, deadline_ms, fencing_token
+		pb.Queue(`SELECT token, kind, deadline_ms, fencing_token, granted_ms, client_addr, client_name, client_user, granted_by
 			FROM `+t.s.b.table+` WHERE db = $1 AND key = $2 FOR UPDATE`, k.db, []byte(k.key))
 	}
 	br := t.conn.SendBatch(ctx, &pb)
@@ -115,7 +115,8 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 		var tok []byte
 		var kind int16
 		var dl, fencing *int64
-		err := br.QueryRow().Scan(&tok, &kind, &dl, &fencing)
+		var gc grantCols
+		err := br.QueryRow().Scan(append([]any{&tok, &kind, &dl, &fencing}, gc.dest()...)...)
 		f := int64(0)
 		if fencing != nil {
 			f = *fencing
@@ -126,9 +127,9 @@ func (t *leaseTx) begin(ctx context.Context) (bool, error) {
 		case err != nil:
 			return false, err
 		case dl == nil:
-			t.states[k] = state{present: true, kind: uint8(kind), token: tok, fencing: f}
+			t.states[k] = state{present: true, kind: uint8(kind), token: tok, fencing: f, grant: gc.grant()}
 		case *dl > t.pgNow:
-			t.states[k] = state{present: true, kind: uint8(kind), token: tok, deadline: *dl, fencing: f}
+			t.states[k] = state{present: true, kind: uint8(kind), token: tok, deadline: *dl, fencing: f, grant: gc.grant()}
 		default:
 			t.states[k] = state{}
 		}
@@ -150,11 +151,13 @@ func (t *leaseTx) commit(ctx context.Context, after map[dbKey]state) error {
 			pb.Queue(`DELETE FROM `+t.s.b.table+` WHERE db = $1 AND key = $2`, k.db, []byte(k.key))
 			continue
 		}
-		pb.Queue(`INSERT INTO `+t.s.b.table+` (db, key, lock_id, token, kind, deadline_ms, holder, fencing_token)
-			VALUES ($1::int, $2, hashtextextended($3::text, $1::int::bigint), $4, $6, $5, 'lease', $7)
+		pb.Queue(`INSERT INTO `+t.s.b.table+` (db, key, lock_id, token, kind, deadline_ms, holder, fencing_token,
+				granted_ms, client_addr, client_name, client_user, granted_by)
+			VALUES ($1::int, $2, hashtextextended($3::text, $1::int::bigint), $4, $6, $5, 'lease', $7, $8, $9, $10, $11, $12)
 			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, kind = EXCLUDED.kind, deadline_ms = EXCLUDED.deadline_ms,
-				fencing_token = EXCLUDED.fencing_token`,
-			k.db, []byte(k.key), hashText(k.key), s.token, deadlineParam(s.deadline), int16(s.kind), fencingParam(s.fencing))
+				fencing_token = EXCLUDED.fencing_token, granted_ms = EXCLUDED.granted_ms, client_addr = EXCLUDED.client_addr,
+				client_name = EXCLUDED.client_name, client_user = EXCLUDED.client_user, granted_by = EXCLUDED.granted_by`,
+			append([]any{k.db, []byte(k.key), hashText(k.key), s.token, deadlineParam(s.deadline), int16(s.kind), fencingParam(s.fencing)}, grantParams(s.grant)...)...)
 	}
 	pb.Queue("COMMIT")
 	if err := t.conn.SendBatch(ctx, &pb).Close(); err != nil {
@@ -324,16 +327,19 @@ func (s *leaseStore) acquireTTL(ctx context.Context, k dbKey, token []byte, ttl 
 	var locked bool
 	err = s.b.pool.QueryRow(ctx, `WITH l AS MATERIALIZED (
 			SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, $1::int::bigint)) AS ok),
-		w AS (INSERT INTO `+s.b.table+` AS t (db, key, lock_id, token, deadline_ms, holder)
+		w AS (INSERT INTO `+s.b.table+` AS t (db, key, lock_id, token, deadline_ms, holder,
+				granted_ms, client_addr, client_name, client_user, granted_by)
 			SELECT $1::int, $2::bytea, hashtextextended($3::text, $1::int::bigint), $4::bytea,
-				LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint, 'lease'
+				LEAST(`+pgNowMS+`::numeric + $5::bigint, 9223372036854775807)::bigint, 'lease',
+				`+pgNowMS+`, $6::text, $7::text, $8::text, $9::text
 			FROM l WHERE ok
 			ON CONFLICT (db, key) DO UPDATE SET token = EXCLUDED.token, kind = 0, deadline_ms = EXCLUDED.deadline_ms,
-				fencing_token = NULL
+				fencing_token = NULL, granted_ms = EXCLUDED.granted_ms, client_addr = EXCLUDED.client_addr,
+				client_name = EXCLUDED.client_name, client_user = EXCLUDED.client_user, granted_by = EXCLUDED.granted_by
 				WHERE NOT `+leaseLive("t.deadline_ms")+`
 			RETURNING 1)
 		SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM w)`,
-		k.db, []byte(k.key), hashText(k.key), nonNil(token), ttl.Milliseconds()).Scan(&locked, &written)
+		append([]any{k.db, []byte(k.key), hashText(k.key), nonNil(token), ttl.Milliseconds()}, grantParams(backend.Grant{Holder: backend.HolderOf(ctx)})[1:]...)...).Scan(&locked, &written)
 	done, err = s.fastResult(ctx, locked, err)
 	return written, done, err
 }

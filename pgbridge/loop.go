@@ -43,7 +43,7 @@ type advLoop struct {
 var _ backend.LoopBackend = (*advLoop)(nil)
 
 // StartSet implements backend.LoopBackend for SET … NX without GET.
-func (al *advLoop) StartSet(db int, key string, token []byte, o backend.SetOptions, _ time.Time, done func(backend.SetResult, error)) bool {
+func (al *advLoop) StartSet(hd *backend.Holder, db int, key string, token []byte, o backend.SetOptions, _ time.Time, done func(backend.SetResult, error)) bool {
 	if o.Cond != backend.IfAbsent || o.Get || checkDB(db) != nil {
 		return false
 	}
@@ -52,7 +52,7 @@ func (al *advLoop) StartSet(db int, key string, token []byte, o backend.SetOptio
 	if !st.mu.TryLock() {
 		return false
 	}
-	g, res, ok := a.acquireStart(st, k, token, o)
+	g, res, ok := a.acquireStart(st, k, token, o, hd)
 	if g == nil || !a.covered(g.q.dl) {
 		st.mu.Unlock()
 		if !ok || g != nil {
@@ -74,7 +74,7 @@ func (al *advLoop) StartSet(db int, key string, token []byte, o backend.SetOptio
 
 // StartEval implements backend.LoopBackend for a catalogued release of a
 // key this instance holds with the script's token.
-func (al *advLoop) StartEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, _ time.Time, done func(backend.Value, error)) bool {
+func (al *advLoop) StartEval(_ *backend.Holder, db int, s backend.Script, keys []string, args [][]byte, ro bool, _ time.Time, done func(backend.Value, error)) bool {
 	a := al.a
 	if !a.fastRelease(s, len(keys), args, ro) || checkDB(db) != nil {
 		return false

@@ -121,7 +121,8 @@ type state struct {
 	kind     uint8
 	token    []byte
 	deadline int64
-	fencing  int64 // the grant's fencing token, from the sequence (fencing.go); 0: none known
+	fencing  int64         // the grant's fencing token, from the sequence (fencing.go); 0: none known
+	grant    backend.Grant // when and for whom it was granted (holders.go); zero: unknown
 }
 
 // same reports whether s and o are the same state.
@@ -270,6 +271,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if pcfg.MaxConns < 16 {
 		pcfg.MaxConns = 16
 	}
+	pcfg.ConnConfig.RuntimeParams[internalParam] = "on" // the lease rows' guard lets lockproxy's own deletes through (release.go)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgbridge: %w", err)
@@ -356,6 +358,9 @@ func (b *Backend) createSchema(ctx context.Context) error {
 		// before fencing tokens.
 		"ALTER TABLE " + b.table + " ADD COLUMN IF NOT EXISTS fencing_token bigint",
 		"CREATE SEQUENCE IF NOT EXISTS " + b.fencing,
+		// Who took the lock (holders.go); NULL when unknown.
+		"ALTER TABLE " + b.table + " ADD COLUMN IF NOT EXISTS granted_ms bigint, ADD COLUMN IF NOT EXISTS client_addr text, " +
+			"ADD COLUMN IF NOT EXISTS client_name text, ADD COLUMN IF NOT EXISTS client_user text, ADD COLUMN IF NOT EXISTS granted_by text",
 		// For people: key and token as text (bytes outside printable ASCII
 		// as \ooo escapes), psql showing bytea in hex otherwise.
 		`DO $$ BEGIN
@@ -367,6 +372,7 @@ func (b *Backend) createSchema(ctx context.Context) error {
 		END $$`,
 	}
 	ddl = append(ddl, b.store.extraDDL()...)
+	ddl = append(ddl, releaseDDL(b.cfg.Schema, b.table, b.cfg.Strategy == Advisory)...)
 	for _, q := range ddl {
 		if _, err := b.pool.Exec(ctx, q); err != nil {
 			var pe *pgconn.PgError

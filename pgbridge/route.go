@@ -173,6 +173,8 @@ func (r *router) serve(req *routeReq) {
 		rep.Set, err = b.Set(ctx, req.DB, string(req.Key), req.Token, req.Opts)
 	case "del":
 		rep.N, err = b.Del(ctx, req.DB, []string{string(req.Key)})
+	case "release": // lockproxy.force_release's (release.go)
+		rep.N, err = b.forceRelease(ctx, req.DB, string(req.Key))
 	case "delif":
 		rep.OK, err = b.DelIf(ctx, req.DB, string(req.Key), req.Cond, req.Match)
 	case "expire":

@@ -34,6 +34,12 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 		}
 		return s
 	},
+	"since": func(ms *int64) string {
+		if ms == nil {
+			return ""
+		}
+		return time.Since(time.UnixMilli(*ms)).Round(time.Second).String()
+	},
 	"lockURL": func(l Lock, db int) string {
 		return "/locks/" + url.PathEscape(l.Key) + "/release?db=" + strconv.Itoa(db)
 	},

@@ -56,6 +56,7 @@ func (cl *client) checkPass(user, pass string) backend.Value {
 		return backend.ErrorValue(backend.MsgWrongPass)
 	}
 	cl.authed, cl.user = true, user
+	cl.setHolder()
 	return backend.OKValue
 }
 

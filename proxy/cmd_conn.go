@@ -35,6 +35,7 @@ func cmdReset(cl *client, args [][]byte) backend.Value {
 	cl.out.resp3.Store(false)
 	cl.inMulti, cl.dirty, cl.queue = false, false, nil
 	cl.authed, cl.user = !cl.s.authRequired(), ""
+	cl.setHolder()
 	cl.leaveAll()
 	cl.s.tracker.disable(cl)
 	cl.track = tracking{}
@@ -91,6 +92,7 @@ func cmdHello(cl *client, args [][]byte) backend.Value {
 			return backend.ErrorValue(backend.MsgClientName)
 		}
 		cl.name = string(name)
+		cl.setHolder()
 	}
 	if proto != 0 {
 		cl.resp3 = proto == 3
@@ -134,6 +136,7 @@ func cmdClient(cl *client, args [][]byte) backend.Value {
 			return backend.ErrorValue(backend.MsgClientName)
 		}
 		cl.name = string(args[2])
+		cl.setHolder()
 		return backend.OKValue
 	case "getname":
 		if len(args) != 2 {

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/backend/model"
@@ -15,7 +17,8 @@ import (
 //
 //	LOCKPROXY LOCKS cursor [MATCH pattern] [COUNT n]
 //	    the held keys of the selected database, paged as SCAN pages them:
-//	    [cursor, [[key, token, fence, PTTL] ...]]
+//	    [cursor, [[key, token, fence, PTTL, holder] ...]] (holder: the
+//	    map of model.HolderValue)
 //	LOCKPROXY RELEASE key
 //	    deletes the key whoever holds it: admin users only (NOPERM for
 //	    others, as FLUSHALL), logged and counted; 1 when it was held
@@ -32,6 +35,76 @@ type Lock struct {
 	Fence *int64 `json:"fence"`
 	// TTLMillis is the time left, as PTTL: -1 when the key has no expiry.
 	TTLMillis int64 `json:"ttl_ms"`
+	// Holder is what is known of the grant (model.HolderValue); its
+	// strings are empty and GrantedMillis nil when unknown.
+	Holder LockHolder    `json:"holder"`
+	holder backend.Value // as LOCKPROXY LOCK answered it, for LOCKS
+}
+
+// LockHolder is who a lock was granted to, where and when.
+type LockHolder struct {
+	GrantedMillis *int64 `json:"granted_ms"`
+	ClientAddr    string `json:"client_addr"`
+	ClientName    string `json:"client_name"`
+	ClientUser    string `json:"client_user"`
+	Instance      string `json:"instance"`
+	// Nodes are, on quorum, each node's address and whether it holds the
+	// key's token; empty on the other backends.
+	Nodes map[string]bool `json:"nodes"`
+}
+
+// Who is the holder in a few words, for the status page: the client's
+// name (else its address), its user when not the default one, and the
+// instance; on quorum, the nodes that hold it. Empty when unknown.
+func (h LockHolder) Who() string {
+	who := h.ClientName
+	if who == "" {
+		who = h.ClientAddr
+	}
+	if h.ClientUser != "" && h.ClientUser != "default" {
+		who += " (" + h.ClientUser + ")"
+	}
+	if h.Instance != "" {
+		who += " via " + h.Instance
+	}
+	if len(h.Nodes) > 0 {
+		n := 0
+		for _, held := range h.Nodes {
+			if held {
+				n++
+			}
+		}
+		who += fmt.Sprintf(", on %d of %d nodes", n, len(h.Nodes))
+	}
+	return strings.TrimPrefix(who, " via ")
+}
+
+// holderOf reads model.HolderValue's map.
+func holderOf(v backend.Value) LockHolder {
+	h := LockHolder{Nodes: map[string]bool{}}
+	for i := 0; i+1 < len(v.Elems); i += 2 {
+		f, x := string(v.Elems[i].Str), v.Elems[i+1]
+		switch f {
+		case "granted_ms":
+			if x.Kind == backend.KindInt {
+				n := x.Int
+				h.GrantedMillis = &n
+			}
+		case "client_addr":
+			h.ClientAddr = string(x.Str)
+		case "client_name":
+			h.ClientName = string(x.Str)
+		case "client_user":
+			h.ClientUser = string(x.Str)
+		case "instance":
+			h.Instance = string(x.Str)
+		case "nodes":
+			for j := 0; j+1 < len(x.Elems); j += 2 {
+				h.Nodes[string(x.Elems[j].Str)] = x.Elems[j+1].Int == 1
+			}
+		}
+	}
+	return h
 }
 
 // LockPage is one page of LOCKPROXY LOCKS: Cursor "0" ends the iteration.
@@ -43,10 +116,10 @@ type LockPage struct {
 // lockOf reads LOCKPROXY LOCK key's reply v into a Lock; ok is false when
 // the key is free.
 func lockOf(key string, v backend.Value) (l Lock, ok bool) {
-	if v.Kind != backend.KindArray || len(v.Elems) != 3 {
+	if v.Kind != backend.KindArray || len(v.Elems) != 4 {
 		return Lock{}, false
 	}
-	l = Lock{Key: key, TTLMillis: v.Elems[2].Int}
+	l = Lock{Key: key, TTLMillis: v.Elems[2].Int, Holder: holderOf(v.Elems[3]), holder: v.Elems[3]}
 	if t := v.Elems[0]; !t.IsNil() {
 		s := string(t.Str)
 		l.Token = &s
@@ -58,7 +131,8 @@ func lockOf(key string, v backend.Value) (l Lock, ok bool) {
 	return l, true
 }
 
-// value is l as one entry of LOCKPROXY LOCKS: [key, token, fence, PTTL].
+// value is l as one entry of LOCKPROXY LOCKS: [key, token, fence, PTTL,
+// holder].
 func (l Lock) value() backend.Value {
 	tok, fence := backend.Value{Kind: backend.KindNil}, backend.Value{Kind: backend.KindNil}
 	if l.Token != nil {
@@ -67,7 +141,7 @@ func (l Lock) value() backend.Value {
 	if l.Fence != nil {
 		fence = backend.Int(*l.Fence)
 	}
-	return backend.Array(backend.BulkString(l.Key), tok, fence, backend.Int(l.TTLMillis))
+	return backend.Array(backend.BulkString(l.Key), tok, fence, backend.Int(l.TTLMillis), l.holder)
 }
 
 // lockproxyOperator answers LOCKS and RELEASE (ok false for the other

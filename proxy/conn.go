@@ -26,8 +26,9 @@ type client struct {
 	addr    string          // the peer's host:port
 	conn    redcon.Conn     // on the goroutine front end
 	lc      *loopConn       // on the event-loop front end
-	ctx     context.Context // ends when the connection closes or the drain times out
+	ctx     context.Context // ends when the connection closes or the drain times out; carries holder
 	cancel  context.CancelFunc
+	holder  backend.HolderSlot // who this connection's grants go to (setHolder)
 	created time.Time
 
 	db       int
@@ -70,10 +71,20 @@ type client struct {
 
 func newClient(s *Server, addr string) *client {
 	ctx, cancel := context.WithCancel(s.ctx)
-	return &client{
-		s: s, id: s.nextID.Add(1), addr: addr, ctx: ctx, cancel: cancel, created: time.Now(),
+	cl := &client{
+		s: s, id: s.nextID.Add(1), addr: addr, cancel: cancel, created: time.Now(),
 		authed: !s.authRequired(),
 	}
+	cl.ctx = backend.WithHolder(ctx, &cl.holder)
+	cl.setHolder()
+	return cl
+}
+
+// setHolder records the connection's name and user as the holder of its
+// next grants; called whenever either changes. The Holder is new each
+// time: grants made before keep the one they were made with.
+func (cl *client) setHolder() {
+	cl.holder.Store(&backend.Holder{Addr: cl.addr, Name: cl.name, User: cl.userName(), Instance: cl.s.cfg.Instance})
 }
 
 // wake makes an idle connection's read return, so a draining server can

@@ -252,12 +252,12 @@ func (c *loopCmd) complete() {
 func (c *loopCmd) deadline() time.Time { return c.t0.Add(c.lc.s.cfg.CommandTimeout) }
 
 // Set starts (pass 1) or answers (pass 2) a SET.
-func (c *loopCmd) Set(_ context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
+func (c *loopCmd) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
 	if c.replay {
 		c.used = true
 		return c.set, c.err
 	}
-	c.started = c.lc.lb.StartSet(db, key, token, o, c.deadline(), func(res backend.SetResult, err error) {
+	c.started = c.lc.lb.StartSet(backend.HolderOf(ctx), db, key, token, o, c.deadline(), func(res backend.SetResult, err error) {
 		c.set, c.err = res, err
 		c.complete()
 	})
@@ -265,12 +265,12 @@ func (c *loopCmd) Set(_ context.Context, db int, key string, token []byte, o bac
 }
 
 // Eval starts (pass 1) or answers (pass 2) a script.
-func (c *loopCmd) Eval(_ context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
+func (c *loopCmd) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
 	if c.replay {
 		c.used = true
 		return c.v, c.err
 	}
-	c.started = c.lc.lb.StartEval(db, s, keys, args, ro, c.deadline(), func(v backend.Value, err error) {
+	c.started = c.lc.lb.StartEval(backend.HolderOf(ctx), db, s, keys, args, ro, c.deadline(), func(v backend.Value, err error) {
 		c.v, c.err = v, err
 		c.complete()
 	})

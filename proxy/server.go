@@ -52,6 +52,9 @@ type Config struct {
 	Passthrough *Upstream
 	// BackendName is reported by INFO. default: "memory"
 	BackendName string
+	// Instance names this instance in the holder of each lock it grants
+	// (backend.Holder, LOCKPROXY LOCK). default: none (empty)
+	Instance string
 	// Logger receives errors and, at debug level, per-command lines.
 	// default: discard
 	Logger *slog.Logger

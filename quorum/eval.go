@@ -57,7 +57,7 @@ func (b *Backend) runEval(ctx context.Context, db int, s backend.Script, keys []
 	ql := b.ownLoop(key)
 	deadline, _ := ctx.Deadline()
 	if ql.l.Execute(func() {
-		ql.startEval(db, s, keys, args, ro, w, publishes, deadline, func(v backend.Value, err error) { end <- result{v, err} })
+		ql.startEval(backend.HolderOf(ctx), db, s, keys, args, ro, w, publishes, deadline, func(v backend.Value, err error) { end <- result{v, err} })
 	}) != nil {
 		_, replies := b.closedOp()
 		return backend.Value{}, b.errNoQuorum(replies)
@@ -145,6 +145,43 @@ type evalUndo struct {
 	changes [][]valueChange
 	agreed  []bool
 	all     bool
+	granted []grantedKey // the keys it created on Q nodes that gave the agreed reply (holders.go)
+}
+
+// grantedKey is a key a script acquired: its token (nil for a value of
+// another type) and TTL.
+type grantedKey struct {
+	key   string
+	token []byte
+	ttl   time.Duration
+}
+
+// keysGranted are the keys a script watched by keys created, with one
+// token, on Q of the nodes that answered v.
+func (b *Backend) keysGranted(keys []string, args [][]byte, at int, replies []nodeReply, v backend.Value) []grantedKey {
+	type tk struct{ key, token string }
+	count := map[tk]int{}
+	ttl := map[tk]time.Duration{}
+	for _, r := range replies {
+		if r.err != nil || len(r.vals) != 3+len(keys) || !sameValue(r.vals[at], v) {
+			continue
+		}
+		for k, tok := range createdKeys(keys, r.vals[0], r.vals[2], args) {
+			count[tk{k, tok}]++
+			for j, kk := range keys {
+				if kk == k && r.vals[3+j].Kind == backend.KindInt && r.vals[3+j].Int > 0 {
+					ttl[tk{k, tok}] = time.Duration(r.vals[3+j].Int) * time.Millisecond
+				}
+			}
+		}
+	}
+	var out []grantedKey
+	for c, n := range count {
+		if n >= b.q {
+			out = append(out, grantedKey{key: c.key, token: []byte(c.token), ttl: ttl[c]})
+		}
+	}
+	return out
 }
 
 // requests are u's undos by node (nil for a node with none; nil when no
@@ -163,7 +200,11 @@ func (b *Backend) evalOutcome(keys []string, args [][]byte, w scriptWatch, repli
 		return b.valuesOutcome(keys, replies, elapsed)
 	}
 	v, err, created, count, undoAll := b.keysOutcome(keys, args, w, scriptAt(w, len(keys)), replies, elapsed)
-	return v, err, evalUndo{created: created, count: count, all: undoAll}
+	u := evalUndo{created: created, count: count, all: undoAll}
+	if err == nil && !undoAll && w == watchKeys {
+		u.granted = b.keysGranted(keys, args, scriptAt(w, len(keys)), replies, v)
+	}
+	return v, err, u
 }
 
 // keysOutcome is evalOutcome for the scripts not watched by values: it

@@ -94,6 +94,7 @@ func (b *Backend) lockproxy(ctx context.Context, db int, args [][]byte) (backend
 		return backend.Value{Kind: backend.KindNil}, err
 	}
 	tok := backend.Value{Kind: backend.KindNil}
+	var raw []byte // nil: a value of another type
 	switch v, ok, err := b.Get(ctx, db, key); {
 	case backend.IsWrongType(err): // a value of another type: no token
 	case err != nil:
@@ -101,9 +102,10 @@ func (b *Backend) lockproxy(ctx context.Context, db int, args [][]byte) (backend
 	case !ok:
 		return backend.Value{Kind: backend.KindNil}, nil // ended meanwhile
 	default:
-		tok = backend.Bulk(v)
+		tok, raw = backend.Bulk(v), append([]byte{}, v...)
 	}
-	return backend.Array(tok, backend.Int(f), backend.Int(pttl)), nil
+	holder := model.HolderValue(b.grants.lookup(db, key, raw), b.nodesHolding(ctx, db, key, raw))
+	return backend.Array(tok, backend.Int(f), backend.Int(pttl), holder), nil
 }
 
 // newFence takes the next fence (the top of this file).

@@ -52,7 +52,7 @@ func TestFencesGrowAcrossInstances(t *testing.T) {
 		t.Errorf("fence of another token = %+v, %v; want nil", v, err)
 	}
 	v, err := lockproxyCmd(t, b, "lockproxy", "lock", "k")
-	if err != nil || len(v.Elems) != 3 || string(v.Elems[0].Str) != "tok" || v.Elems[1].Int <= last || v.Elems[2].Int <= 0 {
+	if err != nil || len(v.Elems) != 4 || string(v.Elems[0].Str) != "tok" || v.Elems[1].Int <= last || v.Elems[2].Int <= 0 {
 		t.Errorf("LOCKPROXY LOCK k = %+v, %v; want [tok, a fence above %d, PTTL]", v, err, last)
 	}
 	if v, err := lockproxyCmd(t, a, "lockproxy", "lock", "absent"); err != nil || v.Kind != backend.KindNil {

@@ -45,8 +45,9 @@ type lop struct {
 	mode     string
 	ttl      time.Duration
 	setDone  func(backend.SetResult, error)
-	splits   int  // the split votes this acquire lost and was sent again after (splitVote)
-	grace    bool // a failing acquire waits for its last replies (splitGrace)
+	holder   *backend.Holder // the client (holders.go)
+	splits   int             // the split votes this acquire lost and was sent again after (splitVote)
+	grace    bool            // a failing acquire waits for its last replies (splitGrace)
 	script   backend.Script
 	orig     backend.Script // the client's script (script is wrapped when it may publish)
 	keys     []string
@@ -308,6 +309,9 @@ func (lo *lop) end() {
 			lo.lateFromNowOn()
 		}
 		if !again {
+			if err == nil && res.Written {
+				ql.b.grants.record(lo.db, lo.key, lo.token, lo.holder, lo.ttl)
+			}
 			lo.setDone(res, err)
 		}
 	case kindEval:
@@ -378,6 +382,11 @@ func (lo *lop) finishEval(v backend.Value, err error, u evalUndo) {
 		lo.lateFromNowOn()
 	}
 	if !again {
+		if err == nil && !u.all {
+			for _, g := range u.granted {
+				ql.b.grants.record(lo.db, g.key, g.token, lo.holder, g.ttl)
+			}
+		}
 		lo.evalDone(v, err)
 	}
 }
@@ -422,7 +431,7 @@ func (lo *lop) retryEval() {
 	ql := lo.ql
 	time.AfterFunc(splitPause(lo.splits+1), func() {
 		if ql.l.Execute(func() {
-			n := ql.startEval(lo.db, lo.orig, lo.keys, lo.args, lo.ro, lo.watch, lo.pub != nil, lo.deadline, lo.evalDone)
+			n := ql.startEval(lo.holder, lo.db, lo.orig, lo.keys, lo.args, lo.ro, lo.watch, lo.pub != nil, lo.deadline, lo.evalDone)
 			n.splits = lo.splits + 1
 		}) != nil {
 			lo.evalDone(backend.Value{}, errClosed)
@@ -508,7 +517,7 @@ func (lo *lop) splitOrHeld(lost backend.SetResult) {
 // operation; lost stands for its answer should the loop be gone by then.
 func (lo *lop) retrySet(lost backend.SetResult) {
 	ql := lo.ql
-	n := &lop{ql: ql, db: lo.db, kind: kindSet, key: lo.key, token: lo.token, setOpt: lo.setOpt, mode: lo.mode, ttl: lo.ttl,
+	n := &lop{ql: ql, db: lo.db, kind: kindSet, key: lo.key, token: lo.token, setOpt: lo.setOpt, mode: lo.mode, ttl: lo.ttl, holder: lo.holder,
 		setDone: lo.setDone, splits: lo.splits + 1, req: lo.req, deadline: lo.deadline}
 	time.AfterFunc(splitPause(n.splits), func() {
 		if ql.l.Execute(func() { n.startLocked([]string{n.key}) }) != nil {
@@ -523,13 +532,13 @@ func (lo *lop) retrySet(lost backend.SetResult) {
 // queued on the same connections before the client hears the outcome, so
 // on each node the undo runs after the acquire and before anything the
 // client sends next.
-func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions, deadline time.Time, done func(backend.SetResult, error)) bool {
+func (ql *qloop) StartSet(h *backend.Holder, db int, key string, token []byte, o backend.SetOptions, deadline time.Time, done func(backend.SetResult, error)) bool {
 	if o.Cond != backend.IfAbsent || o.Get || o.KeepTTL || o.Expiry.TTL <= 0 || !o.Expiry.At.IsZero() || !ql.usable(db) {
 		return false
 	}
 	mode, val, ttl := setExpiry(o)
 	r, _ := setRequest(key, token, o, true, mode, val) // plain: no script, no fallback
-	lo := &lop{ql: ql, db: db, kind: kindSet, key: key, token: token, setOpt: o, mode: mode, ttl: ttl, setDone: done}
+	lo := &lop{ql: ql, db: db, kind: kindSet, key: key, token: token, setOpt: o, mode: mode, ttl: ttl, setDone: done, holder: h}
 	lo.req, lo.deadline = r, deadline
 	if ql.b.needsCover(ttl) {
 		// The horizon markers must cover the TTL before it can be granted,
@@ -558,7 +567,7 @@ func (ql *qloop) StartSet(db int, key string, token []byte, o backend.SetOptions
 // the same rules (evalOutcome). Like every lock operation it holds its
 // keys' stripes (stripe.go) from send until decided and undone, queued on
 // its loop while another operation holds them.
-func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(backend.Value, error)) bool {
+func (ql *qloop) StartEval(h *backend.Holder, db int, s backend.Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(backend.Value, error)) bool {
 	refused, publishes, read := ql.b.classes.RefusalCached(s)
 	w, ok := ql.b.watchCached(s, keys, args, ro)
 	switch {
@@ -568,14 +577,14 @@ func (ql *qloop) StartEval(db int, s backend.Script, keys []string, args [][]byt
 		ql.exec(func() { done(backend.Value{}, refused) })
 		return true
 	}
-	ql.startEval(db, s, keys, args, ro, w, publishes, deadline, done)
+	ql.startEval(h, db, s, keys, args, ro, w, publishes, deadline, done)
 	return true
 }
 
 // startEval starts a script whose watch is known: StartEval's, and a
 // blocking Eval's on the Backend's own loops.
-func (ql *qloop) startEval(db int, s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch, publishes bool, deadline time.Time, done func(backend.Value, error)) *lop {
-	lo := &lop{ql: ql, db: db, kind: kindEval, script: s, orig: s, keys: keys, args: args, ro: ro, watch: w, evalDone: done}
+func (ql *qloop) startEval(h *backend.Holder, db int, s backend.Script, keys []string, args [][]byte, ro bool, w scriptWatch, publishes bool, deadline time.Time, done func(backend.Value, error)) *lop {
+	lo := &lop{ql: ql, db: db, kind: kindEval, script: s, orig: s, keys: keys, args: args, ro: ro, watch: w, evalDone: done, holder: h}
 	if publishes { // it runs wrapped, its messages held back until the vote (scriptpub.go)
 		lo.script = ql.b.pubScripts.of(s)
 		lo.pub = &pubCall{at: scriptAt(w, len(keys)), wrapped: []byte(lo.script.SHA1), sha: []byte(s.SHA1)}

@@ -127,6 +127,10 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 		res, err, undone := b.setOnce(ctx, db, key, token, o)
 		deadline, _ := ctx.Deadline()
 		if !splitVote(res, err, undone) || splits == maxSplits || deadlineNear(deadline) || b.heldByOne(b.do(ctx, db, "get", key)) {
+			if err == nil && res.Written {
+				_, _, ttl := setExpiry(o)
+				b.grants.record(db, key, token, backend.HolderOf(ctx), ttl)
+			}
 			return res, err
 		}
 		select {
@@ -638,7 +642,11 @@ func (b *Backend) getOutcome(replies []nodeReply) ([]byte, bool, error) {
 // Del implements backend.KeySpace.
 func (b *Backend) Del(ctx context.Context, db int, keys []string) (int64, error) {
 	defer b.lockKeys(keys...)()
-	return b.voteInt(b.write(ctx, db, keys, append([]string{"del"}, keys...)...))
+	n, err := b.voteInt(b.write(ctx, db, keys, append([]string{"del"}, keys...)...))
+	if err == nil && n > 0 {
+		b.grants.forget(db, keys...)
+	}
+	return n, err
 }
 
 // DelIf implements backend.KeySpace: an owner-checked release needs Q
@@ -648,7 +656,11 @@ func (b *Backend) DelIf(ctx context.Context, db int, key string, cond backend.Co
 	r := &req{repair: []string{key}, load: delIfScript.ref()}
 	c := []byte(condName(cond))
 	runScript(&r.cmds, delIfScript, false, []string{key}, match, c)
-	return b.voteBool(b.fanout(ctx, db, key, same(r), scriptFallback(delIfScript, []string{key}, match, c)))
+	ok, err := b.voteBool(b.fanout(ctx, db, key, same(r), scriptFallback(delIfScript, []string{key}, match, c)))
+	if err == nil && ok {
+		b.grants.forget(db, key)
+	}
+	return ok, err
 }
 
 // Exists implements backend.KeySpace.

@@ -63,10 +63,11 @@ func (c Config) withDefaults() Config {
 // Backend runs the lock model on a majority of nodes. It is safe for
 // concurrent use.
 type Backend struct {
-	cfg   Config
-	nodes []*node
-	q     int
-	keys  [256]stripeLock // striped by key: see stripe.go
+	cfg    Config
+	nodes  []*node
+	q      int
+	grants grants          // who took the locks this instance granted (holders.go)
+	keys   [256]stripeLock // striped by key: see stripe.go
 
 	health  []health
 	replies *prometheus.HistogramVec // per node: see metrics.go

@@ -276,6 +276,9 @@ func (b *Backend) valuesOutcome(keys []string, replies []nodeReply, elapsed time
 	}
 	late := agreed && shortest > 0 && elapsed+b.drift(shortest) >= shortest
 	u.all = !agreed || late
+	if !u.all {
+		u.granted = valuesGranted(keys, read, u.agreed, b.q)
+	}
 	switch {
 	case late:
 		return backend.Value{}, &backend.ReplyError{Reply: fmt.Sprintf(
@@ -286,6 +289,36 @@ func (b *Backend) valuesOutcome(keys []string, replies []nodeReply, elapsed time
 		return backend.Value{}, backend.Reply(string(v.Str)), u
 	}
 	return v, nil, u
+}
+
+// valuesGranted are the keys a script watched by values created (absent
+// before) on q of the nodes that gave the agreed reply: a hash lock's
+// first acquire, a semaphore's first member. A re-entrant acquire changes
+// a key that was there and keeps its grant.
+func valuesGranted(keys []string, read []valuesReply, agreed []bool, q int) []grantedKey {
+	var out []grantedKey
+	for j, k := range keys {
+		n := 0
+		var ttl time.Duration
+		for i := range read {
+			if !agreed[i] {
+				continue
+			}
+			for _, c := range read[i].changes {
+				if c.key == k && c.pre == nil && c.post != nil {
+					n++
+					if j < len(read[i].ttl) {
+						ttl = read[i].ttl[j]
+					}
+					break
+				}
+			}
+		}
+		if n >= q {
+			out = append(out, grantedKey{key: k, ttl: ttl})
+		}
+	}
+	return out
 }
 
 // restoreRequests are the restores of u.changes by node: on every node

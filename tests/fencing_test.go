@@ -81,7 +81,7 @@ func checkFences(t *testing.T, c *redis.Client, prefix string, inScript, perRead
 		t.Errorf("fence of another token = %d; want nil", f)
 	}
 	lock, err := c.Do(ctx, "LOCKPROXY", "LOCK", k).Slice()
-	if err != nil || len(lock) != 3 || lock[0] != "a" || (lock[1] != last[k]) != perRead || lock[2].(int64) <= 0 {
+	if err != nil || len(lock) != 4 || lock[0] != "a" || (lock[1] != last[k]) != perRead || lock[2].(int64) <= 0 {
 		t.Errorf("LOCKPROXY LOCK %s = %v, %v; want [a %d PTTL]", k, lock, err, last[k])
 	}
 	if _, err := c.Do(ctx, "LOCKPROXY", "LOCK", prefix+"absent").Result(); err != redis.Nil {
@@ -233,8 +233,8 @@ func TestLockproxyLocksAndRelease(t *testing.T) {
 			entries, _ := page[1].([]any)
 			for _, e := range entries {
 				l, _ := e.([]any)
-				if len(l) != 4 || l[1] == nil || l[2] == nil || l[3].(int64) <= 0 {
-					t.Fatalf("entry %v; want [key, token, fence, PTTL]", e)
+				if len(l) != 5 || l[1] == nil || l[2] == nil || l[3].(int64) <= 0 || l[4] == nil {
+					t.Fatalf("entry %v; want [key, token, fence, PTTL, holder]", e)
 				}
 				got[l[0].(string)] = l[1].(string)
 			}

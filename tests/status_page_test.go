@@ -71,7 +71,7 @@ func TestStatusPage(t *testing.T) {
 			}
 			lp := testsrv.StartBinary(t, bin, args...)
 			ctx := t.Context()
-			c := redis.NewClient(&redis.Options{Addr: lp.Addr, MaxRetries: -1})
+			c := redis.NewClient(&redis.Options{Addr: lp.Addr, MaxRetries: -1, ClientName: "billing-worker"})
 			defer c.Close()
 			keys := []string{"orders:" + mode + ":1042", "orders:" + mode + ":1043", "reports:" + mode + ":nightly"}
 			for _, k := range keys {
@@ -85,6 +85,7 @@ func TestStatusPage(t *testing.T) {
 				}
 			}
 			want = append(want, keys...)
+			want = append(want, "billing-worker via ") // the holder, with the granting instance
 			want = append(want, `<td class="key"><code>`+keys[0]+`</code></td><td class="n">0</td><td class="n">3</td>`) // most contended
 			switch mode {
 			case "quorum": // a TRYAGAIN: two of three nodes paused

@@ -9,9 +9,10 @@ import (
 //	LOCKPROXY FENCE key token  the fence of the key's grant when the key
 //	                           holds token (a string's value, a hash's
 //	                           field, a set's or sorted set's member), else nil
-//	LOCKPROXY LOCK key         [token, fence, PTTL] of a live key (token nil
-//	                           for a key of another type than string, fence
-//	                           nil when none is known), else nil
+//	LOCKPROXY LOCK key         [token, fence, PTTL, holder] of a live key
+//	                           (token nil for a key of another type than
+//	                           string, fence nil when none is known; holder
+//	                           the map HolderValue describes), else nil
 //	LOCKPROXY HELP
 //
 // LOCKS and RELEASE are the operator's, served by the proxy
@@ -51,7 +52,7 @@ func cmdLockproxy(c *call) (backend.Value, error) {
 	if e.Fence != 0 {
 		fence = backend.Int(int64(e.Fence))
 	}
-	return backend.Array(tok, fence, backend.Int(pttl)), nil
+	return backend.Array(tok, fence, backend.Int(pttl), HolderValue(backend.Grant{At: e.Granted, Holder: e.Holder}, nil)), nil
 }
 
 // CheckLockproxy checks LOCKPROXY's arguments (args[0] is its name) as
@@ -110,9 +111,9 @@ var LockproxyHelp = backend.Array(
 	backend.BulkString("FENCE <key> <token>"),
 	backend.BulkString("    The fencing token of the key's grant, if the key holds <token>; else nil."),
 	backend.BulkString("LOCK <key>"),
-	backend.BulkString("    The key's token, fence and PTTL; nil when the key is absent."),
+	backend.BulkString("    The key's token, fence, PTTL and holder (granted_ms, client_addr, client_name, client_user, instance, nodes); nil when the key is absent."),
 	backend.BulkString("LOCKS <cursor> [MATCH <pattern>] [COUNT <count>]"),
-	backend.BulkString("    The held keys of the database, as SCAN pages them: [cursor, [[key, token, fence, PTTL] ...]]."),
+	backend.BulkString("    The held keys of the database, as SCAN pages them: [cursor, [[key, token, fence, PTTL, holder] ...]]."),
 	backend.BulkString("RELEASE <key>"),
 	backend.BulkString("    Deletes the key whoever holds it (admin users only); 1 when it was held."),
 	backend.BulkString("HELP"),

@@ -106,7 +106,7 @@ func TestLockproxyCommand(t *testing.T) {
 	}
 	v.Set(ctx, 0, "k", []byte("tok"), backend.SetOptions{Expiry: backend.Expiry{TTL: time.Second}})
 	r, err := run("lockproxy", "lock", "k")
-	if err != nil || len(r.Elems) != 3 || string(r.Elems[0].Str) != "tok" || r.Elems[1].Int <= 0 || r.Elems[2].Int != 1000 {
+	if err != nil || len(r.Elems) != 4 || string(r.Elems[0].Str) != "tok" || r.Elems[1].Int <= 0 || r.Elems[2].Int != 1000 {
 		t.Errorf("LOCKPROXY LOCK k = %+v, %v; want [tok, fence, 1000]", r, err)
 	}
 	if r, err := run("lockproxy", "lock", "absent"); err != nil || r.Kind != backend.KindNil {

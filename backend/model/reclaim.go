@@ -77,5 +77,6 @@ func (s *Space) Reset() {
 		s.peak[db] = 0
 	}
 	s.expired = 0
+	s.Holder = nil
 	s.fence, s.clock, s.NewFence = 0, 0, nil // a Space reused for other keys (pgbridge's rounds): its fences start over
 }

@@ -19,6 +19,11 @@ type Entry struct {
 	// by every other change (an extend, a re-entrant HINCRBY); 0 until
 	// given. Each is greater than every fence the Space gave before.
 	Fence uint64
+	// Granted and Holder are when the key's grant was made (Unix ms; 0:
+	// unknown) and for whom (nil: unknown), kept as long as the fence is
+	// (docs/operations.md, "Who holds what").
+	Granted int64
+	Holder  *backend.Holder
 }
 
 // IsString reports whether e is a string key's entry.
@@ -49,6 +54,9 @@ type Space struct {
 	// leaves its fence 0. 0 means it could not; the caller must not
 	// commit then.
 	NewFence func(db int, key string) uint64
+	// Holder is who the grants the caller makes now go to (Entry.Holder):
+	// the caller sets it before a call that may grant (View does).
+	Holder *backend.Holder
 }
 
 // fencesPerMilli is how far the fences run ahead of the clock: a fence is
@@ -101,6 +109,15 @@ func (s *Space) ReadFence(db int, key string, e Entry) uint64 {
 func (s *Space) SetFence(db int, key string, f uint64) {
 	if e, ok := s.dbs[db][key]; ok {
 		e.Fence = f
+		s.dbs[db][key] = e
+	}
+}
+
+// SetGrant sets a live key's grant as it is, for a backend that loads
+// keys whose grants it keeps elsewhere.
+func (s *Space) SetGrant(db int, key string, g backend.Grant) {
+	if e, ok := s.dbs[db][key]; ok {
+		e.Granted, e.Holder = g.At, g.Holder
 		s.dbs[db][key] = e
 	}
 }
@@ -182,6 +199,11 @@ func (s *Space) put(db int, key string, e Entry) {
 		e.Fence = s.fenceFor(db, key, e)
 	}
 	m := s.dbs[db]
+	if old, ok := m[key]; ok && sameGrant(old, e, s.clock) {
+		e.Granted, e.Holder = old.Granted, old.Holder
+	} else {
+		e.Granted, e.Holder = s.clock, s.Holder
+	}
 	if m == nil {
 		m = make(map[string]Entry)
 		s.dbs[db] = m
@@ -190,6 +212,16 @@ func (s *Space) put(db int, key string, e Entry) {
 	if n := len(m); n > s.peak[db] {
 		s.peak[db] = n
 	}
+}
+
+// sameGrant reports whether e, written over old, continues old's grant:
+// old is live and e keeps its fence (a fence not given yet, under
+// NewFence: its token).
+func sameGrant(old, e Entry, now int64) bool {
+	if !old.Live(now) || old.Fence != e.Fence {
+		return false
+	}
+	return e.Fence != 0 || e.Token != nil && bytes.Equal(old.Token, e.Token)
 }
 
 // Set is SET: it writes tok under o's condition at now. A condition on

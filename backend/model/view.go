@@ -27,15 +27,20 @@ type View struct {
 	// Outside, when set, counts the live keys of db that are not in the
 	// Spaces, for DBSize (pgbridge: the lease table's other rows).
 	Outside func(ctx context.Context, db int) (int64, error)
+	// Holder is who the grants made through the View go to
+	// (Space.Holder): the caller's client, nil when unknown.
+	Holder *backend.Holder
 }
 
 var _ backend.KeySpace = (*View)(nil)
 
 func (v *View) space(key string) *Space {
-	if v.Pick == nil {
-		return v.Spaces[0]
+	sp := v.Spaces[0]
+	if v.Pick != nil {
+		sp = v.Pick(key)
 	}
-	return v.Pick(key)
+	sp.Holder = v.Holder
+	return sp
 }
 
 // checkDB reports a database number outside [0, backend.Databases).

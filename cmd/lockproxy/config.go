@@ -22,6 +22,7 @@ import (
 // LOCKPROXY_* environment < flags. YAML keys are the flag names.
 type Config struct {
 	Listen           string   `yaml:"listen"`
+	InstanceName     string   `yaml:"instance-name"`
 	Backend          string   `yaml:"backend"`
 	QuorumNodes      string   `yaml:"quorum-nodes"`
 	QuorumTimeout    string   `yaml:"quorum-node-timeout"`
@@ -261,6 +262,19 @@ func (c Config) validateLimits(add func(key, problem, fix string)) {
 // dataPath is the front end Serve runs: data-path, except that a TLS
 // listener always keeps the goroutine front end (the event loops read raw
 // sockets and have no TLS).
+// instanceName is instance-name, or the host name and the listen port.
+func (c Config) instanceName() string {
+	if c.InstanceName != "" {
+		return c.InstanceName
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	_, port, _ := net.SplitHostPort(c.Listen)
+	return net.JoinHostPort(host, port)
+}
+
 func (c Config) dataPath() string {
 	if c.TLSCertFile != "" {
 		return proxy.DataPathGoroutines

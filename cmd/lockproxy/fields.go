@@ -77,6 +77,7 @@ func parseBool(v string) (bool, bool) {
 func fields(c *Config) []field {
 	return []field{
 		str("listen", "RESP listener address", &c.Listen),
+		str("instance-name", "this instance's name in LOCKPROXY LOCK's holder and the lease rows (default: the host name and the listen port, host:port)", &c.InstanceName),
 		str("backend", "memory, quorum or postgres", &c.Backend),
 		str("quorum-nodes", "comma-separated host:port or redis:// URLs of the quorum nodes", &c.QuorumNodes),
 		str("quorum-node-timeout", "how long one operation may take on one quorum node", &c.QuorumTimeout),

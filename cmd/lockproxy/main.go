@@ -131,7 +131,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	srv := proxy.New(proxy.Config{
 		RequirePass: cfg.RequirePass, Users: cfg.Users.proxyUsers(), NoFlush: !cfg.AllowFlush, MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, Passthrough: up, BackendName: cfg.Backend, Logger: log, Registerer: reg,
-		DataPath: cfg.dataPath(),
+		DataPath: cfg.dataPath(), Instance: cfg.instanceName(),
 	}, b)
 	stopAdmin, err := serveAdmin(cfg.AdminListen, srv, reg)
 	if err != nil {
