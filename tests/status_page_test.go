@@ -85,7 +85,8 @@ func TestStatusPage(t *testing.T) {
 				}
 			}
 			want = append(want, keys...)
-			want = append(want, "billing-worker via ") // the holder, with the granting instance
+			// The holder, with the granting instance.
+			want = append(want, "billing-worker via ")
 			want = append(want, `<td class="key"><code>`+keys[0]+`</code></td><td class="n">0</td><td class="n">3</td>`) // most contended
 			switch mode {
 			case "quorum": // a TRYAGAIN: two of three nodes paused
