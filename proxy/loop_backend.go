@@ -19,7 +19,8 @@ import (
 
 // Commands started on the event loop (backend.Looper; the quorum backend
 // does it for acquires, release scripts and majority reads: SET, EVAL and
-// EVALSHA in their forms, GET, TTL, PTTL). A command that would run off
+// EVALSHA in their forms, GET, TTL, PTTL; postgres's advisory strategy for
+// SET NX and catalogued releases). A command that would run off
 // the loop (runOff) is first offered to the backend's part of the loop,
 // in two passes through the ordinary command code, so that parsing,
 // errors, replies and metrics stay one copy:
