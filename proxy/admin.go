@@ -132,16 +132,25 @@ func (a *Admin) serveLocks(w http.ResponseWriter, r *http.Request, _ string) {
 	writeJSON(w, http.StatusOK, page)
 }
 
+// keyRoute begins a request of a /locks/{key} route served by method: the
+// database and the key; ok is false once it has answered (another
+// method, a bad db).
+func keyRoute(w http.ResponseWriter, r *http.Request, method string) (db int, key string, ok bool) {
+	if !allow(w, r, method) {
+		return 0, "", false
+	}
+	if db, ok = dbParam(w, r); !ok {
+		return 0, "", false
+	}
+	return db, r.PathValue("key"), true
+}
+
 // serveLock is GET /locks/{key}?db=: LOCKPROXY LOCK, 404 when free.
 func (a *Admin) serveLock(w http.ResponseWriter, r *http.Request, _ string) {
-	if !allow(w, r, http.MethodGet) {
-		return
-	}
-	db, ok := dbParam(w, r)
+	db, key, ok := keyRoute(w, r, http.MethodGet)
 	if !ok {
 		return
 	}
-	key := r.PathValue("key")
 	ctx, cancel := a.commandCtx(r)
 	defer cancel()
 	l, held, err := readLock(ctx, a.s.b, db, []byte(key))
@@ -159,18 +168,14 @@ func (a *Admin) serveLock(w http.ResponseWriter, r *http.Request, _ string) {
 // the status page's form (a field back naming the page), it redirects
 // back there.
 func (a *Admin) serveRelease(w http.ResponseWriter, r *http.Request, user string) {
-	if !allow(w, r, http.MethodPost) {
+	db, key, ok := keyRoute(w, r, http.MethodPost)
+	if !ok {
 		return
 	}
 	if !a.s.admin(user) {
 		writeError(w, http.StatusForbidden, backend.ErrNoPerm("lockproxy|release"))
 		return
 	}
-	db, ok := dbParam(w, r)
-	if !ok {
-		return
-	}
-	key := r.PathValue("key")
 	ctx, cancel := a.commandCtx(r)
 	defer cancel()
 	held, err := a.s.forceRelease(ctx, a.s.b, db, []byte(key), "user", user, "client", r.RemoteAddr, "via", "http")

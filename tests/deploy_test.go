@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -357,7 +355,7 @@ func deployScrapeModes(t *testing.T) expoSeries {
 	for mode, args := range deployModes(t) {
 		lp := testsrv.StartBinary(t, bin, args...)
 		deployTraffic(t, mode, lp)
-		got, err := parseExposition(deployAwaitReady(t, mode, lp))
+		got, err := parseExposition(awaitMetrics(t, lp.Admin, "lockproxy_ready 1"))
 		if err != nil {
 			t.Fatalf("%s: /metrics: %v", mode, err)
 		}
@@ -393,28 +391,6 @@ func deployTraffic(t *testing.T, mode string, lp *testsrv.Binary) {
 		t.Fatalf("%s: release script: %v", mode, err)
 	}
 	c.Del(ctx, "deploy:k")
-}
-
-// deployAwaitReady polls lp's /metrics until it reports lockproxy_ready 1
-// and returns it.
-func deployAwaitReady(t *testing.T, mode string, lp *testsrv.Binary) string {
-	t.Helper()
-	var body string
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		resp, err := http.Get("http://" + lp.Admin + "/metrics")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(b)
-			if strings.Contains(body, "\nlockproxy_ready 1\n") {
-				return body
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: /metrics without lockproxy_ready 1 after 20s (%v):\n%s", mode, err, body)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the backend's health checks
-	}
 }
 
 // deployTargetLabels are the labels Prometheus adds to every series it

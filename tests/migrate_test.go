@@ -3,11 +3,8 @@ package tests
 import (
 	"context"
 	"errors"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -364,31 +361,12 @@ func TestMigratingBinaryMetrics(t *testing.T) {
 	if ok, err := c.SetNX(ctx, "k", "tok", time.Minute).Result(); err != nil || !ok {
 		t.Fatalf("SET NX = %v, %v\n%s", ok, err, lp.Logs())
 	}
-	await := func(want ...string) {
-		t.Helper()
-		var body string
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			resp, err := http.Get("http://" + lp.Admin + "/metrics")
-			if err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				body = string(b)
-				if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(body, w+"\n") }) {
-					return
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/metrics lacks %q after 20s:\n%s", want, body)
-			}
-			time.Sleep(50 * time.Millisecond) // polling the status loop (every 5s)
-		}
-	}
-	await("lockproxy_migration_legacy_up 1", "lockproxy_migration_legacy_clients 0")
+	awaitMetrics(t, lp.Admin, "lockproxy_migration_legacy_up 1", "lockproxy_migration_legacy_clients 0")
 	direct := redis.NewClient(&redis.Options{Addr: legacy.Addr})
 	if err := direct.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	await("lockproxy_migration_legacy_clients 1")
+	awaitMetrics(t, lp.Admin, "lockproxy_migration_legacy_clients 1")
 	direct.Close()
-	await("lockproxy_migration_legacy_clients 0")
+	awaitMetrics(t, lp.Admin, "lockproxy_migration_legacy_clients 0")
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,7 +106,7 @@ func TestStatusPage(t *testing.T) {
 				if err := direct.Set(ctx, "legacy:only", "x", time.Minute).Err(); err != nil {
 					t.Fatal(err)
 				}
-				waitMetric(t, "http://"+lp.Admin+"/metrics", "lockproxy_migration_legacy_clients 1\n")
+				awaitMetrics(t, lp.Admin, "lockproxy_migration_legacy_clients 1")
 			}
 
 			url := "http://" + lp.Admin + "/"
@@ -173,23 +174,26 @@ func checkPNG(t *testing.T, file string, w, h int) {
 	}
 }
 
-// waitMetric polls url (a /metrics) until it holds line, for up to 15s
-// (the migration reads the legacy Redis's clients every 5s).
-func waitMetric(t *testing.T, url, line string) {
+// awaitMetrics polls the /metrics of the admin endpoint at admin until
+// it has every line of want (each a whole line: name, labels and value)
+// and returns it; the test fails after 20s.
+func awaitMetrics(t *testing.T, admin string, want ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
+	var body string
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var resp *http.Response
+		if resp, err = http.Get("http://" + admin + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if strings.Contains(string(body), line) {
-				return
+			body = "\n" + string(b)
+			if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(body, "\n"+w+"\n") }) {
+				return body
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s still lacks %q after 15s", url, strings.TrimSpace(line))
+			t.Fatalf("%s/metrics lacks %q after 20s (%v):%s", admin, want, err, body)
 		}
-		time.Sleep(100 * time.Millisecond) // polling the migration's status reads
+		time.Sleep(50 * time.Millisecond) // polling the backend's status reads
 	}
 }
