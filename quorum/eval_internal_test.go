@@ -145,3 +145,34 @@ func TestScriptValidity(t *testing.T) {
 		})
 	}
 }
+
+// TestVoteTime: replies that differ by when the nodes ran a script settle
+// as the smaller, but only for what can be a lock's time to live (at
+// least the node timeout); flags and counts that differ never do
+// (TestSplitReleaseIsNoTimeVote).
+func TestVoteTime(t *testing.T) {
+	b := &Backend{q: 2, nodes: []*node{{addr: "a"}, {addr: "b"}, {addr: "c"}}, cfg: Config{NodeTimeout: 50 * time.Millisecond}.withDefaults()}
+	for _, c := range []struct {
+		name   string
+		ints   []int64 // -100: no reply
+		want   int64
+		agreed bool
+	}{
+		{"a PTTL read a little later", []int64{29998, 29990, -100}, 29990, true},
+		{"PTTLs too far apart", []int64{29998, 20000, -100}, 0, false},
+		{"a release's 1 beside a 0", []int64{1, 0, -100}, 0, false},
+		{"counts that differ", []int64{2, 1, -100}, 0, false},
+		{"a PTTL below the node timeout", []int64{40, 39, -100}, 0, false},
+		{"not held beside a PTTL", []int64{-3, 29998, -100}, 0, false},
+	} {
+		vals := make([]backend.Value, len(c.ints))
+		ok := make([]bool, len(c.ints))
+		for i, n := range c.ints {
+			vals[i], ok[i] = backend.Int(n), n != -100
+		}
+		v, agreed := b.voteTime(vals, ok)
+		if agreed != c.agreed || (agreed && v.Int != c.want) {
+			t.Errorf("%s: voteTime(%v) = %d, %v; want %d, %v", c.name, c.ints, v.Int, agreed, c.want, c.agreed)
+		}
+	}
+}
