@@ -65,6 +65,16 @@ func TestLoopAcquireRelease(t *testing.T) {
 			t.Fatalf("SET k b NX = %v, %v; want nil", ok, err)
 		}
 	})
+	// Values repeat across clients (npm redis-lock's deadline, a bare
+	// "1"): the holder's own value from another client is refused too.
+	onLoop(t, b, true, "SET k a NX from another client, the holder's value", func() {
+		if ok, err := c2.SetNX(ctx, "k", "a", 30*time.Second).Result(); ok || err != nil {
+			t.Fatalf("SET k a NX by another client = %v, %v; want nil", ok, err)
+		}
+	})
+	if v, err := c1.Get(ctx, "k").Result(); v != "a" || err != nil {
+		t.Fatalf("GET k after the refused SET NX of its own value = %q, %v; want a", v, err)
+	}
 	onLoop(t, b, false, "release with another token", func() {
 		if v, err := c2.Eval(ctx, docsRelease, []string{"k"}, "b").Result(); v != int64(0) || err != nil {
 			t.Fatalf("release of b = %v, %v; want 0", v, err)

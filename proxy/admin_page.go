@@ -139,12 +139,8 @@ func (a *Admin) status(ctx context.Context, r *http.Request, db int) statusPage 
 	p := statusPage{Version: a.cfg.Version, Mode: s.cfg.BackendName, Uptime: time.Since(s.started).Round(time.Second),
 		Ready: true, Clients: s.clientCount(), DB: db, Back: r.URL.RequestURI(),
 		Contention: s.ops.topContended(), Tryagain: s.ops.recentTryagains()}
-	if c, ok := s.b.(backend.Checker); ok {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		if err := c.Check(cctx); err != nil {
-			p.Ready, p.NotReady = false, err.Error()
-		}
-		cancel()
+	if err := checkReady(ctx, s.b, time.Second); err != nil {
+		p.Ready, p.NotReady = false, err.Error()
 	}
 	switch c, ok := s.b.(HeldLocksCounter); {
 	case s.metrics != nil && s.metrics.locks.held != nil:

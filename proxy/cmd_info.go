@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path"
@@ -89,12 +88,8 @@ func cmdInfo(cl *client, args [][]byte) backend.Value {
 // essentials as /metrics and /readyz.
 func (s *Server) infoLockproxy(cl *client) []string {
 	ready, why := 1, ""
-	if c, ok := s.b.(backend.Checker); ok {
-		ctx, cancel := context.WithTimeout(cl.ctx, time.Second)
-		if err := c.Check(ctx); err != nil {
-			ready, why = 0, strings.NewReplacer("\r", " ", "\n", " ").Replace(err.Error())
-		}
-		cancel()
+	if err := checkReady(cl.ctx, s.b, time.Second); err != nil {
+		ready, why = 0, strings.NewReplacer("\r", " ", "\n", " ").Replace(err.Error())
 	}
 	lines := []string{
 		"lockproxy_backend:" + s.cfg.BackendName,

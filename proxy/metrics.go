@@ -113,13 +113,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 // ready), 0 otherwise. A scrape runs it, so a backend that cannot decide
 // costs the scrape that second at most.
 func (s *Server) ready() float64 {
-	c, ok := s.b.(backend.Checker)
-	if !ok {
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, time.Second)
-	defer cancel()
-	if c.Check(ctx) != nil {
+	if checkReady(s.ctx, s.b, time.Second) != nil {
 		return 0
 	}
 	return 1
@@ -158,15 +152,25 @@ func AdminHandler(gatherer prometheus.Gatherer, b backend.Backend) http.Handler 
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if c, ok := b.(backend.Checker); ok {
-			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-			defer cancel()
-			if err := c.Check(ctx); err != nil {
-				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
+		if err := checkReady(r.Context(), b, 2*time.Second); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
 		}
 		fmt.Fprintln(w, "ready")
 	})
 	return mux
+}
+
+// checkReady asks b whether it can serve, within d: nil when it can, or
+// when it has no check (a backend without backend.Checker is always
+// ready). /readyz, lockproxy_ready, INFO lockproxy and the status page
+// all ask it.
+func checkReady(ctx context.Context, b backend.Backend, d time.Duration) error {
+	c, ok := b.(backend.Checker)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return c.Check(ctx)
 }
