@@ -52,18 +52,8 @@ func TestHorizonSurvivesProxyRestart(t *testing.T) {
 	if res, err := b1.Set(ctx, 0, "lock:long", []byte("held"), acq(120*time.Second)); err != nil || !res.Written {
 		t.Fatalf("first SET NX PX 120000 = %+v, %v", res, err)
 	}
-	// The lock and the marker on all three nodes, as the issue has it: a
-	// majority answered, the third may be a moment behind.
-	deadline := time.Now().Add(5 * time.Second)
-	for _, n := range nodes {
-		lock, marker := directClient(t, n.Addr, 0), markerClient(t, n.Addr)
-		for lock.Get(ctx, "lock:long").Val() != "held" || marker.HGet(ctx, markerKey, "ttl_ms").Val() != "120000" {
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s: the lock or the marker never arrived", n.Addr)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	// The lock and the marker on all three nodes, as the issue has it.
+	waitEveryNode(t, nodes, "lock:long", "held", "120000")
 	b1.Close(ctx)
 	nodes[1].Restart()
 	nodes[2].Restart()
@@ -100,6 +90,24 @@ func TestHorizonSurvivesProxyRestart(t *testing.T) {
 	}
 }
 
+// waitEveryNode waits until every node has key = token in database 0 and
+// the marker's ttl_ms: a majority answered the write, and the others may
+// be a moment behind (a Close right after the OK could drop their writes).
+func waitEveryNode(t *testing.T, nodes []*testsrv.Redis, key, token, ttlMs string) {
+	t.Helper()
+	ctx := t.Context()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, n := range nodes {
+		lock, marker := directClient(t, n.Addr, 0), markerClient(t, n.Addr)
+		for lock.Get(ctx, key).Val() != token || marker.HGet(ctx, markerKey, "ttl_ms").Val() != ttlMs {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: the lock or the marker never arrived", n.Addr)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
 // TestNodeFirstReachedLaterIsQuarantined: a node down when lockproxy
 // starts, and back later with its data lost, is read before it votes.
 func TestNodeFirstReachedLaterIsQuarantined(t *testing.T) {
@@ -112,6 +120,8 @@ func TestNodeFirstReachedLaterIsQuarantined(t *testing.T) {
 	if res, err := b1.Set(ctx, 0, "res", []byte("held"), acq(time.Minute)); err != nil || !res.Written {
 		t.Fatalf("first acquire = %+v, %v", res, err)
 	}
+	// Node 0 must be the one that kept the marker: wait until it has it.
+	waitEveryNode(t, nodes, "res", "held", "60000")
 	b1.Close(ctx)
 	nodes[1].Restart() // lost its data while no lockproxy watched
 	nodes[2].Kill()    // down when the next one starts
