@@ -14,7 +14,10 @@
 # -pipeline. BEFORE_REV=<git revision> also measures lockproxy built from
 # that revision (loops, on BASE_PORT+102) each round, right after or right
 # before the tree's loops, alternately: a before/after comparison in the
-# same run. Not part of the test suite:
+# same run. PERF=<prefix> records a CPU profile (perf record -g, software
+# clock) of each server during its first round's measurement, into
+# <prefix>.redis-server, <prefix>.goroutines and <prefix>.loops: read them
+# with perf report -i. Not part of the test suite:
 # figures on a shared machine are only worth their ratios.
 set -euo pipefail
 dur=${1:-10s}
@@ -48,10 +51,15 @@ sleep 1
 # tool, and leaves "cycles/s cpu-µs" in last.
 last=
 measure() {
-	local before after out cyc secs lb us rate
+	local before after out cyc secs lb us rate perf_pid=
+	if [ -n "${PERF:-}" ] && [ "$r" -eq 1 ]; then
+		perf record -e cpu-clock -g -o "$PERF.${1// /-}" -p "$3" -- sleep "${dur%s}" >/dev/null 2>&1 &
+		perf_pid=$!
+	fi
 	before=$(cpu "$3")
 	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$2" -client "${CLIENT:-go-redis}" -pipeline "${PIPELINE:-1}" -clients 50 -duration "$dur" 2>&1)
 	after=$(cpu "$3")
+	if [ -n "$perf_pid" ]; then wait "$perf_pid" || true; fi
 	cyc=$(echo "$out" | sed -n 's/.*(\([0-9]*\) cycles in.*/\1/p')
 	secs=$(echo "$out" | sed -n 's/.* cycles in \([0-9.]*\)s).*/\1/p')
 	lb=$(echo "$out" | awk '/LOADTOOL/ {printf "%d", ($2 + $3) * 1000000}')

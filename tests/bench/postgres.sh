@@ -17,7 +17,10 @@
 # allocations (allocs-DELAY.pb.gz) from the opt-in pprof listener on
 # BASE_PORT+101; profiling costs lockproxy a few per cent. CLIENT=lean (or
 # lean-eval) drives lockproxy with lockbench's own RESP client instead of
-# go-redis. Not part of the
+# go-redis. PERF=<prefix> records a CPU profile of lockproxy (perf record
+# -g, software clock) during the first measurement of each delay into
+# <prefix>.DELAY (read it with perf report -i, or tests/bench/perfshares.sh).
+# Not part of the
 # test suite: figures on a shared machine are only worth their ratios.
 set -euo pipefail
 dsn=${1:?usage: $0 DSN [advisory|lease] [duration]}
@@ -51,7 +54,11 @@ paddr=127.0.0.1:$((base + 101))
 
 measure() {
 	local p0 p1 l0 l1 out cyc lb
-	local prof=
+	local prof= perf_pid=
+	if [ -n "${PERF:-}" ] && [ -n "$lp" ] && [ ! -e "$PERF.$2" ]; then
+		perf record -e cpu-clock -g -o "$PERF.$2" -p "$lp" -- sleep "${dur%s}" >/dev/null 2>&1 &
+		perf_pid=$!
+	fi
 	if [ -n "${PPROF_DIR:-}" ] && [ -n "$lp" ]; then # the CPU profile over all but the run's last second
 		curl -s -o "$PPROF_DIR/cpu-$2.pb.gz" "http://$paddr/debug/pprof/profile?seconds=$(( ${dur%s} - 1 ))" &
 		prof=$!
@@ -59,6 +66,7 @@ measure() {
 	p0=$(pgcpu); l0=0; [ -n "$lp" ] && l0=$(cpu "$lp")
 	out=$(/usr/bin/time -f "LOADTOOL %U %S" "$dir/lockbench" -addr "$1" -client "${CLIENT:-go-redis}" -pipeline "${PIPELINE:-1}" -clients 50 -duration "$dur" 2>&1)
 	p1=$(pgcpu); l1=0; [ -n "$lp" ] && l1=$(cpu "$lp")
+	if [ -n "$perf_pid" ]; then wait "$perf_pid" || true; fi
 	if [ -n "$prof" ]; then
 		wait "$prof" || true
 		curl -s -o "$PPROF_DIR/allocs-$2.pb.gz" "http://$paddr/debug/pprof/allocs" || true # a BEFORE_BIN may have no listener
