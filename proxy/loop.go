@@ -48,8 +48,11 @@ type loopConn struct {
 	over      string   // a buffer bound the client broke: close at once (loop_close.go)
 	finishing bool     // a goroutine finishes a half-closed connection: everything runs on it
 	closing   lingerState
+	shut      bool // closed by the resumer, which cannot close at once (loop_backend.go)
 
-	lb backend.LoopBackend // the backend's part of this loop, or nil (loop_backend.go)
+	lb  backend.LoopBackend // the backend's part of this loop, or nil (loop_backend.go)
+	rs  *resumer            // the loop's resumer, when lb is not nil (loop_backend.go)
+	res result              // the result of a command started on the loop, for done (handBackOnLoop)
 
 	lastActive atomic.Int64 // unix nanoseconds of the last input or reply
 
@@ -74,7 +77,9 @@ func (h *loopHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return pc.open(c)
 	}
 	lc := c.Context().(*loopConn)
-	lc.lb = h.loops.of(c)
+	if p := h.loops.of(c); p != nil {
+		lc.lb, lc.rs = p.lb, p.rs
+	}
 	lc.gc = c
 	lc.cl.out.setNotify(lc.wake) // a message for it: its next pass writes it (pubsub.go)
 	lc.lastActive.Store(time.Now().UnixNano())
@@ -117,6 +122,9 @@ func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
 		return pc.traffic(c)
 	}
 	lc := c.Context().(*loopConn)
+	if lc.shut {
+		return gnet.Close // the resumer closed it (loop_backend.go)
+	}
 	data, _ := c.Next(-1)
 	if lc.closing.on {
 		return lc.linger(c) // input after the close is dropped, as Redis does after QUIT
@@ -132,6 +140,9 @@ func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
 		}
 		lc.busy, active = false, true
 		lc.out = lc.cl.appendReply(lc.out, *r)
+		if r == &lc.res {
+			lc.res = result{} // keep no reply's values past it
+		}
 		if r.panicked || lc.cl.closeNow {
 			act = gnet.Close
 		}
@@ -415,6 +426,29 @@ func (lc *loopConn) handBack(r result) (detached net.Conn) {
 		lc.s.forget(lc.cl)
 	default:
 		lc.gc.Wake(nil)
+	}
+	return nil
+}
+
+// handBackOnLoop is handBack for a command started on the loop, called on
+// the loop: the result waits in lc.res, and the loop's resumer gives the
+// connection its next pass, neither of which allocates.
+func (lc *loopConn) handBackOnLoop(r result) (detached net.Conn) {
+	lc.mu.Lock()
+	gone, detached := lc.gone, lc.detached
+	if !gone {
+		lc.res = r
+		lc.done = &lc.res
+	}
+	lc.mu.Unlock()
+	switch {
+	case detached != nil:
+		return detached
+	case gone:
+		lc.cl.closeUpstream()
+		lc.s.forget(lc.cl)
+	default:
+		lc.rs.add(lc)
 	}
 	return nil
 }

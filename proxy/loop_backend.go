@@ -33,7 +33,9 @@ import (
 //     to runOff, which runs it from scratch: pass 1 counted nothing.
 //  2. complete: when the backend calls back (on the loop), the command runs
 //     again through client.run with the loopCmd answering its backend call
-//     with the outcome, and the result is handed over as runOff's is.
+//     with the outcome, and the result is handed over as runOff's is, but
+//     without gnet's wake-up: the loop's resumer runs the connection's next
+//     pass once the loop has handled the event it is in.
 //
 // Node connections are enrolled into the same gnet client as the client
 // connections, so their events reach loopHandler too: they are told apart
@@ -42,29 +44,97 @@ import (
 // loopBackends finds the backend's part of each event loop.
 type loopBackends struct {
 	lr backend.Looper // nil: the backend starts nothing on the loops
+	h  *loopHandler
 	mu sync.Mutex
-	m  map[gnet.EventLoop]backend.LoopBackend
+	m  map[gnet.EventLoop]*loopPart
+}
+
+// loopPart is what one event loop has for the commands started on it.
+type loopPart struct {
+	lb backend.LoopBackend // the backend's part of the loop, or nil
+	rs *resumer
 }
 
 func newLoopBackends(b backend.Backend) *loopBackends {
 	lr, _ := b.(backend.Looper)
-	return &loopBackends{lr: lr, m: map[gnet.EventLoop]backend.LoopBackend{}}
+	return &loopBackends{lr: lr, m: map[gnet.EventLoop]*loopPart{}}
 }
 
-// of returns the backend's part of c's loop, or nil.
-func (r *loopBackends) of(c gnet.Conn) backend.LoopBackend {
+// of returns c's loop's part, or nil when the backend starts nothing on
+// the loops.
+func (r *loopBackends) of(c gnet.Conn) *loopPart {
 	if r.lr == nil {
 		return nil
 	}
 	el := c.EventLoop()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	lb, ok := r.m[el]
+	p, ok := r.m[el]
 	if !ok {
-		lb = r.lr.NewLoop(eventLoop{el})
-		r.m[el] = lb
+		p = &loopPart{lb: r.lr.NewLoop(eventLoop{el}), rs: newResumer(r.h, el)}
+		r.m[el] = p
 	}
-	return lb
+	return p
+}
+
+// resumer gives the connections of one loop whose command started on the
+// loop has its outcome (loopCmd.complete) their next pass: all of them
+// once the loop has handled the event it is in, by one Execute, where a
+// gnet wake-up each would cost two allocations and a trip through gnet's
+// queue per command. Not at once, inside complete: that runs within the
+// backend's own handling of an event (a node's reply), which must not
+// start the connection's next command under it. Its fields belong to the
+// loop.
+type resumer struct {
+	h      *loopHandler
+	el     eventLoop
+	ready  []*loopConn
+	spare  []*loopConn
+	queued bool
+	runFn  func()
+}
+
+func newResumer(h *loopHandler, el gnet.EventLoop) *resumer {
+	rs := &resumer{h: h, el: eventLoop{el}}
+	rs.runFn = rs.run
+	return rs
+}
+
+// add queues lc's next pass. A loop that stopped runs nothing more; its
+// connections are closed.
+func (rs *resumer) add(lc *loopConn) {
+	rs.ready = append(rs.ready, lc)
+	if !rs.queued {
+		rs.queued = true
+		_ = rs.el.Execute(rs.runFn)
+	}
+}
+
+// run gives each queued connection its pass, as gnet's wake-up would
+// (OnTraffic with no new input), unless it closed meanwhile (OnClose then
+// cleaned up after its command).
+func (rs *resumer) run() {
+	ready := rs.ready
+	rs.ready, rs.spare = rs.spare[:0], nil
+	rs.queued = false
+	for i, lc := range ready {
+		ready[i] = nil
+		lc.mu.Lock()
+		gone := lc.gone || lc.detached != nil
+		lc.mu.Unlock()
+		if gone {
+			continue
+		}
+		if rs.h.OnTraffic(lc.gc) == gnet.Close {
+			// Outside its own events gnet closes a connection later, on
+			// request; whatever it does meanwhile closes it at once.
+			lc.shut = true
+			lc.gc.Close()
+		}
+	}
+	if rs.spare == nil {
+		rs.spare = ready[:0]
+	}
 }
 
 // eventLoop is a gnet event loop as a backend.Loop.
@@ -245,7 +315,7 @@ func (c *loopCmd) complete() {
 			r.v = cl.errorValue(cl.lastCmd, c.err)
 		}
 	}
-	if nc := lc.handBack(r); nc != nil {
+	if nc := lc.handBackOnLoop(r); nc != nil {
 		go lc.finish(nc, r) // this runs on the loop
 	}
 }

@@ -23,7 +23,9 @@ func (s *Server) serveLoops(ln net.Listener) error {
 		return nil
 	}
 
-	cli, err := gnet.NewClient(&loopHandler{s: s, loops: newLoopBackends(s.b)},
+	h := &loopHandler{s: s, loops: newLoopBackends(s.b)}
+	h.loops.h = h
+	cli, err := gnet.NewClient(h,
 		gnet.WithNumEventLoop(s.cfg.Loops), gnet.WithLogger(gnetLogger{s.log}),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay))
 	if err != nil {
