@@ -50,14 +50,14 @@ type loopConn struct {
 	closing   lingerState
 	shut      bool // closed by the resumer, which cannot close at once (loop_backend.go)
 
-	lb  backend.LoopBackend // the backend's part of this loop, or nil (loop_backend.go)
-	rs  *resumer            // the loop's resumer, when lb is not nil (loop_backend.go)
-	res result              // the result of a command started on the loop, for done (handBackOnLoop)
+	lb backend.LoopBackend // the backend's part of this loop, or nil (loop_backend.go)
+	rs *resumer            // the loop's resumer, when lb is not nil (loop_backend.go)
 
 	lastActive atomic.Int64 // unix nanoseconds of the last input or reply
 
 	mu       sync.Mutex
 	done     *result  // the off-loop command's result, not yet taken by the loop
+	res      result   // where done points (handBack): handing a result over allocates nothing
 	gone     bool     // the connection closed: the goroutine cleans up instead
 	detached net.Conn // the half-closed connection the goroutine finishes on (loop_close.go)
 }
@@ -140,9 +140,7 @@ func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
 		}
 		lc.busy, active = false, true
 		lc.out = lc.cl.appendReply(lc.out, *r)
-		if r == &lc.res {
-			lc.res = result{} // keep no reply's values past it
-		}
+		*r = result{} // lc.res: keep no reply's values past it
 		if r.panicked || lc.cl.closeNow {
 			act = gnet.Close
 		}
@@ -400,40 +398,21 @@ func (lc *loopConn) runOff(args [][]byte) {
 	lc.busy = true
 	go func() {
 		r := lc.cl.run(args)
-		if nc := lc.handBack(r); nc != nil {
+		if nc := lc.handBack(r, false); nc != nil {
 			lc.finish(nc, r) // already off the loop
 		}
 	}()
 }
 
-// handBack gives the loop the result of a command that ran off it or was
-// started on it (loop_backend.go). When OnClose left the connection to the
-// command's end it cleans up instead, and it returns the half-closed
+// handBack gives the loop the result of a command that ran off it (from
+// its goroutine) or was started on it (onLoop: called on the loop,
+// loop_backend.go). The result waits in lc.res; a command run off the loop
+// wakes the loop through gnet, one started on it has the loop's resumer
+// give the connection its next pass. When OnClose left the connection to
+// the command's end it cleans up instead, and it returns the half-closed
 // connection, if any, for the caller to finish (off the loop: finish
 // writes and may run more commands).
-func (lc *loopConn) handBack(r result) (detached net.Conn) {
-	lc.mu.Lock()
-	gone, detached := lc.gone, lc.detached
-	if !gone {
-		lc.done = &r
-	}
-	lc.mu.Unlock()
-	switch {
-	case detached != nil:
-		return detached
-	case gone:
-		lc.cl.closeUpstream()
-		lc.s.forget(lc.cl)
-	default:
-		lc.gc.Wake(nil)
-	}
-	return nil
-}
-
-// handBackOnLoop is handBack for a command started on the loop, called on
-// the loop: the result waits in lc.res, and the loop's resumer gives the
-// connection its next pass, neither of which allocates.
-func (lc *loopConn) handBackOnLoop(r result) (detached net.Conn) {
+func (lc *loopConn) handBack(r result, onLoop bool) (detached net.Conn) {
 	lc.mu.Lock()
 	gone, detached := lc.gone, lc.detached
 	if !gone {
@@ -447,8 +426,10 @@ func (lc *loopConn) handBackOnLoop(r result) (detached net.Conn) {
 	case gone:
 		lc.cl.closeUpstream()
 		lc.s.forget(lc.cl)
-	default:
+	case onLoop:
 		lc.rs.add(lc)
+	default:
+		lc.gc.Wake(nil)
 	}
 	return nil
 }

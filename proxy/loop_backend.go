@@ -315,7 +315,7 @@ func (c *loopCmd) complete() {
 			r.v = cl.errorValue(cl.lastCmd, c.err)
 		}
 	}
-	if nc := lc.handBackOnLoop(r); nc != nil {
+	if nc := lc.handBack(r, true); nc != nil {
 		go lc.finish(nc, r) // this runs on the loop
 	}
 }
