@@ -140,10 +140,10 @@ func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
 		}
 		lc.busy, active = false, true
 		lc.out = lc.cl.appendReply(lc.out, *r)
-		*r = result{} // lc.res: keep no reply's values past it
 		if r.panicked || lc.cl.closeNow {
 			act = gnet.Close
 		}
+		*r = result{} // lc.res: keep no reply's values past it
 	}
 	if act == gnet.None {
 		act = lc.serveInput(data)
