@@ -57,7 +57,7 @@ type loopConn struct {
 
 	mu       sync.Mutex
 	done     *result  // the off-loop command's result, not yet taken by the loop
-	res      result   // where done points (handBack): handing a result over allocates nothing
+	res      *result  // where done points (handBack): made once, at the first result
 	gone     bool     // the connection closed: the goroutine cleans up instead
 	detached net.Conn // the half-closed connection the goroutine finishes on (loop_close.go)
 }
@@ -416,8 +416,11 @@ func (lc *loopConn) handBack(r result, onLoop bool) (detached net.Conn) {
 	lc.mu.Lock()
 	gone, detached := lc.gone, lc.detached
 	if !gone {
-		lc.res = r
-		lc.done = &lc.res
+		if lc.res == nil {
+			lc.res = new(result)
+		}
+		*lc.res = r
+		lc.done = lc.res
 	}
 	lc.mu.Unlock()
 	switch {
