@@ -48,7 +48,6 @@ type loopConn struct {
 	over      string   // a buffer bound the client broke: close at once (loop_close.go)
 	finishing bool     // a goroutine finishes a half-closed connection: everything runs on it
 	closing   lingerState
-	shut      bool // closed by the resumer, which cannot close at once (loop_backend.go)
 
 	lb backend.LoopBackend // the backend's part of this loop, or nil (loop_backend.go)
 	rs *resumer            // the loop's resumer, when lb is not nil (loop_backend.go)
@@ -122,9 +121,6 @@ func (h *loopHandler) OnTraffic(c gnet.Conn) gnet.Action {
 		return pc.traffic(c)
 	}
 	lc := c.Context().(*loopConn)
-	if lc.shut {
-		return gnet.Close // the resumer closed it (loop_backend.go)
-	}
 	data, _ := c.Next(-1)
 	if lc.closing.on {
 		return lc.linger(c) // input after the close is dropped, as Redis does after QUIT

@@ -100,19 +100,23 @@ func newResumer(h *loopHandler, el gnet.EventLoop) *resumer {
 	return rs
 }
 
-// add queues lc's next pass. A loop that stopped runs nothing more; its
-// connections are closed.
+// add queues lc's next pass. A loop that stopped runs nothing more (gnet
+// refuses tasks only once its loops have exited, having closed every
+// connection): nothing stays queued then.
 func (rs *resumer) add(lc *loopConn) {
 	rs.ready = append(rs.ready, lc)
 	if !rs.queued {
 		rs.queued = true
-		_ = rs.el.Execute(rs.runFn)
+		if rs.el.Execute(rs.runFn) != nil {
+			clear(rs.ready)
+			rs.ready, rs.queued = rs.ready[:0], false
+		}
 	}
 }
 
 // run gives each queued connection its pass, as gnet's wake-up would
-// (OnTraffic with no new input), unless it closed meanwhile (OnClose then
-// cleaned up after its command).
+// (OnTraffic with no new input, then its action), unless it closed
+// meanwhile (OnClose then cleaned up after its command).
 func (rs *resumer) run() {
 	ready := rs.ready
 	rs.ready, rs.spare = rs.spare[:0], nil
@@ -126,15 +130,10 @@ func (rs *resumer) run() {
 			continue
 		}
 		if rs.h.OnTraffic(lc.gc) == gnet.Close {
-			// Outside its own events gnet closes a connection later, on
-			// request; whatever it does meanwhile closes it at once.
-			lc.shut = true
-			lc.gc.Close()
+			_ = rs.el.el.Close(lc.gc) // at once, on the loop, as gnet does for its own events
 		}
 	}
-	if rs.spare == nil {
-		rs.spare = ready[:0]
-	}
+	rs.spare = ready[:0]
 }
 
 // eventLoop is a gnet event loop as a backend.Loop.
