@@ -87,16 +87,16 @@ func (r *loopBackends) of(c gnet.Conn) *loopPart {
 // loop.
 type resumer struct {
 	h      *loopHandler
-	el     eventLoop
+	el     gnet.EventLoop
+	task   gnet.Runnable // run, made once
 	ready  []*loopConn
 	spare  []*loopConn
 	queued bool
-	runFn  func()
 }
 
 func newResumer(h *loopHandler, el gnet.EventLoop) *resumer {
-	rs := &resumer{h: h, el: eventLoop{el}}
-	rs.runFn = rs.run
+	rs := &resumer{h: h, el: el}
+	rs.task = gnet.RunnableFunc(func(context.Context) error { rs.run(); return nil })
 	return rs
 }
 
@@ -107,7 +107,7 @@ func (rs *resumer) add(lc *loopConn) {
 	rs.ready = append(rs.ready, lc)
 	if !rs.queued {
 		rs.queued = true
-		if rs.el.Execute(rs.runFn) != nil {
+		if rs.el.Execute(context.Background(), rs.task) != nil {
 			clear(rs.ready)
 			rs.ready, rs.queued = rs.ready[:0], false
 		}
@@ -130,7 +130,7 @@ func (rs *resumer) run() {
 			continue
 		}
 		if rs.h.OnTraffic(lc.gc) == gnet.Close {
-			_ = rs.el.el.Close(lc.gc) // at once, on the loop, as gnet does for its own events
+			_ = rs.el.Close(lc.gc) // at once, on the loop, as gnet does for its own events
 		}
 	}
 	rs.spare = ready[:0]
