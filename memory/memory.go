@@ -238,7 +238,8 @@ func (b *Backend) DBSize(ctx context.Context, db int) (n int64, err error) {
 }
 
 // Do implements backend.KeySpace: a command on one key runs under its
-// shard, any other under the whole store.
+// shard, KEYS and SCAN one shard at a time (listing), any other under the
+// whole store.
 func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) (v backend.Value, err error) {
 	if len(keys) == 1 {
 		sh, now, err := b.lock(db, keys[0])
@@ -247,6 +248,11 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 		}
 		defer b.unlock(sh)
 		return (&model.View{Now: now, Spaces: []*model.Space{&sh.sp}, Holder: backend.HolderOf(ctx)}).Do(ctx, db, keys, args)
+	}
+	if len(keys) == 0 {
+		if v, ok, err := b.listing(db, args); ok {
+			return v, err
+		}
 	}
 	if aerr := b.all(db, func(mv *model.View) {
 		mv.Holder = backend.HolderOf(ctx)

@@ -3,6 +3,7 @@ package memory
 import (
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,4 +66,50 @@ func (b *Backend) all(db int, f func(v *model.View)) error {
 	defer b.mu.Unlock()
 	f(b.view(time.Now().UnixMilli()))
 	return nil
+}
+
+// listing answers KEYS and SCAN (ok) one shard at a time, each under its
+// own lock, so that listing a large key space never holds what other keys
+// need for longer than one shard's part. As with Redis's SCAN, a key
+// present for the whole listing is in it and one written meanwhile may or
+// may not be; KEYS gives the same promise here, where Redis stops the world
+// for it.
+func (b *Backend) listing(db int, args [][]byte) (v backend.Value, ok bool, err error) {
+	var sc model.Scan
+	switch {
+	case strings.EqualFold(string(args[0]), "keys"):
+	case strings.EqualFold(string(args[0]), "scan"):
+		if sc, err = model.ParseScan(args); err != nil {
+			return backend.Value{}, true, err
+		}
+	default:
+		return backend.Value{}, false, nil
+	}
+	if err := checkDB(db); err != nil {
+		return backend.Value{}, true, err
+	}
+	now := time.Now().UnixMilli()
+	var keys []string
+	var page, part []model.KeyType
+	for i := range b.shards {
+		sh := &b.shards[i]
+		b.mu.RLock()
+		sh.mu.Lock()
+		if sc.Count == 0 {
+			keys = sh.sp.AppendKeys(keys, db, now, args[1])
+		} else {
+			part = sh.sp.AppendScan(part[:0], db, now, sc.Cursor)
+		}
+		sh.mu.Unlock()
+		b.mu.RUnlock()
+		page = append(page, sc.Trim(part)...) // sorted outside the shard's lock
+	}
+	if sc.Count == 0 {
+		out := make([]backend.Value, len(keys))
+		for i, k := range keys {
+			out[i] = backend.BulkString(k)
+		}
+		return backend.Array(out...), true, nil
+	}
+	return sc.Page(page), true, nil
 }

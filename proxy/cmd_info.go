@@ -1,15 +1,16 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"os"
-	"path"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/backend/model"
 	"github.com/lockproxy/lockproxy/keycmd"
 	"github.com/lockproxy/lockproxy/luascripts"
 )
@@ -217,7 +218,7 @@ func cmdConfig(cl *client, args [][]byte) backend.Value {
 		seen := map[string]bool{}
 		for _, pat := range args[2:] {
 			for _, p := range configParams {
-				if ok, _ := path.Match(strings.ToLower(string(pat)), p[0]); ok && !seen[p[0]] {
+				if model.Match(bytes.ToLower(pat), []byte(p[0])) && !seen[p[0]] {
 					seen[p[0]] = true
 					out = append(out, backend.BulkString(p[0]), backend.BulkString(p[1]))
 				}

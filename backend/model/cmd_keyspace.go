@@ -13,26 +13,23 @@ import (
 // The commands on the key space as a whole, over every Space of the View.
 // Keys past their deadline are neither listed nor counted.
 
-// each calls f for every live key of db in the View's spaces.
-func (c *call) each(db int, f func(key string, e Entry, sp *Space)) {
+func cmdKeys(c *call) (backend.Value, error) {
+	var out []string
 	for _, sp := range c.v.Spaces {
-		for k, e := range sp.dbs[db] {
-			if e.Live(c.v.Now) {
-				f(k, e, sp)
-			}
-		}
+		out = sp.AppendKeys(out, c.db, c.v.Now, c.args[1])
 	}
+	return bulks(out), nil
 }
 
-func cmdKeys(c *call) (backend.Value, error) {
-	pattern := c.args[1]
-	var out []string
-	c.each(c.db, func(k string, _ Entry, _ *Space) {
-		if Match(pattern, []byte(k)) {
-			out = append(out, k)
+// AppendKeys appends to dst the live keys of db in s that match pattern:
+// one Space's part of KEYS.
+func (s *Space) AppendKeys(dst []string, db int, now int64, pattern []byte) []string {
+	for k, e := range s.dbs[db] {
+		if e.Live(now) && Match(pattern, []byte(k)) {
+			dst = append(dst, k)
 		}
-	})
-	return bulks(out), nil
+	}
+	return dst
 }
 
 // scanHash orders keys for SCAN: a cursor is the hash from which the next
@@ -94,17 +91,7 @@ type KeyType struct{ Key, Type string }
 // MATCH and TYPE after they are picked, as Redis filters; the last page
 // answers cursor 0.
 func (sc Scan) Page(keys []KeyType) backend.Value {
-	type cand struct {
-		h uint64
-		KeyType
-	}
-	var all []cand
-	for _, k := range keys {
-		if h := scanHash(k.Key); h >= sc.Cursor {
-			all = append(all, cand{h, k})
-		}
-	}
-	slices.SortFunc(all, func(a, b cand) int { return cmp.Or(cmp.Compare(a.h, b.h), cmp.Compare(a.Key, b.Key)) })
+	all := sc.sorted(keys)
 	page := all
 	next := uint64(0)
 	if int64(len(all)) > sc.Count {
@@ -126,20 +113,74 @@ func (sc Scan) Page(keys []KeyType) backend.Value {
 	return backend.Array(backend.BulkString(strconv.FormatUint(next, 10)), bulks(out))
 }
 
+// Trim keeps of keys, the live keys of one part of a database, those a
+// page from the cursor can reach: the part's first Count in hash order,
+// the others sharing the last one's hash, and the one after them. Page
+// over the trimmed parts of a database answers what it answers over the
+// whole: the page's last hash is at most any part's Count-th, so every
+// key of the page stays, and the key after the page is a part's first
+// past its cut.
+func (sc Scan) Trim(keys []KeyType) []KeyType {
+	all := sc.sorted(keys)
+	if int64(len(all)) > sc.Count {
+		n := int(sc.Count)
+		for n < len(all) && all[n].h == all[n-1].h {
+			n++
+		}
+		all = all[:min(n+1, len(all))]
+	}
+	out := make([]KeyType, len(all))
+	for i, c := range all {
+		out[i] = c.KeyType
+	}
+	return out
+}
+
+// scanKey is a key with its scanHash.
+type scanKey struct {
+	h uint64
+	KeyType
+}
+
+// sorted is keys from the cursor on, in the order SCAN pages them.
+func (sc Scan) sorted(keys []KeyType) []scanKey {
+	var all []scanKey
+	for _, k := range keys {
+		if h := scanHash(k.Key); h >= sc.Cursor {
+			all = append(all, scanKey{h, k})
+		}
+	}
+	slices.SortFunc(all, func(a, b scanKey) int { return cmp.Or(cmp.Compare(a.h, b.h), cmp.Compare(a.Key, b.Key)) })
+	return all
+}
+
 func cmdScan(c *call) (backend.Value, error) {
 	sc, err := ParseScan(c.args)
 	if err != nil {
 		return backend.Value{}, err
 	}
 	var keys []KeyType
-	c.each(c.db, func(k string, e Entry, sp *Space) {
+	for _, sp := range c.v.Spaces {
+		keys = sp.AppendScan(keys, c.db, c.v.Now, sc.Cursor)
+	}
+	return sc.Page(keys), nil
+}
+
+// AppendScan appends to dst the live keys of db in s that a SCAN page from
+// cursor may hold (their scanHash is at least cursor), with their types:
+// one Space's part of a page, which Scan.Trim and Scan.Page then pick from.
+func (s *Space) AppendScan(dst []KeyType, db int, now int64, cursor uint64) []KeyType {
+	for k, e := range s.dbs[db] {
+		if !e.Live(now) || scanHash(k) < cursor {
+			continue
+		}
 		t := "string"
 		if !e.IsString() {
-			t = sp.objs[c.db][k].Type()
+			t = s.objs[db][k].Type()
 		}
-		keys = append(keys, KeyType{k, t})
-	})
-	return sc.Page(keys), nil
+		dst = append(dst, KeyType{k, t})
+	}
+	return dst
 }
 
 // CheckFlush checks the arguments of FLUSHDB and FLUSHALL: ASYNC or SYNC

@@ -1,53 +1,63 @@
 package model
 
 // Match reports whether s matches the glob pattern as Redis's
-// stringmatchlen does (KEYS, SCAN MATCH): '*' any run, '?' one byte,
-// '[abc]', '[^abc]' and '[a-z]' classes, and '\' quoting the next byte.
+// stringmatchlen does (KEYS, SCAN MATCH, PSUBSCRIBE): '*' any run, '?' one
+// byte, '[abc]', '[^abc]' and '[a-z]' classes, and '\' quoting the next
+// byte.
+//
+// It runs in O(len(pattern) × len(s)) whatever the pattern: on a mismatch
+// it goes back only to the last '*' seen, one byte further into s. Going
+// back to an earlier '*' could not help, since the last one can already
+// take any run the earlier one would have left it. Redis 7.0 gets the same
+// bound from its skipLongerMatches flag; a matcher that backtracks into
+// every '*' takes exponential time on "a*a*…*b" against a run of 'a's.
 func Match(pattern, s []byte) bool {
-	for len(pattern) > 0 {
-		switch pattern[0] {
-		case '*':
-			for len(pattern) > 1 && pattern[1] == '*' {
-				pattern = pattern[1:]
+	p, i := 0, 0
+	star, starAt := -1, 0 // the pattern after the last '*', and where in s it was tried last
+	for i < len(s) {
+		if p < len(pattern) && pattern[p] == '*' {
+			for p < len(pattern) && pattern[p] == '*' {
+				p++
 			}
-			if len(pattern) == 1 {
+			if p == len(pattern) {
 				return true
 			}
-			for i := 0; i <= len(s); i++ {
-				if Match(pattern[1:], s[i:]) {
-					return true
-				}
-			}
-			return false
-		case '?':
-			if len(s) == 0 {
-				return false
-			}
-			s = s[1:]
-		case '[':
-			if len(s) == 0 {
-				return false
-			}
-			var ok bool
-			if pattern, ok = matchClass(pattern[1:], s[0]); !ok {
-				return false
-			}
-			s = s[1:]
+			star, starAt = p, i
 			continue
-		case '\\':
-			if len(pattern) >= 2 {
-				pattern = pattern[1:]
-			}
-			fallthrough
-		default:
-			if len(s) == 0 || pattern[0] != s[0] {
-				return false
-			}
-			s = s[1:]
 		}
-		pattern = pattern[1:]
+		if p < len(pattern) {
+			if next, ok := matchOne(pattern, p, s[i]); ok {
+				p, i = next, i+1
+				continue
+			}
+		}
+		if star < 0 {
+			return false
+		}
+		starAt++
+		p, i = star, starAt
 	}
-	return len(s) == 0
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// matchOne matches the byte c against the pattern element at p (anything
+// but '*') and returns where the pattern goes on.
+func matchOne(pattern []byte, p int, c byte) (int, bool) {
+	switch pattern[p] {
+	case '?':
+		return p + 1, true
+	case '[':
+		rest, ok := matchClass(pattern[p+1:], c)
+		return len(pattern) - len(rest), ok
+	case '\\':
+		if p+1 < len(pattern) {
+			p++
+		}
+	}
+	return p + 1, pattern[p] == c
 }
 
 // matchClass matches c against the class that p starts (after '['), and
