@@ -3,6 +3,7 @@ package proxy
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/keycmd"
@@ -296,4 +297,30 @@ func (cl *client) clientList(opts [][]byte) backend.Value {
 		cl.s.mu.Unlock()
 	}
 	return backend.Value{Kind: backend.KindVerbatim, Str: []byte(b.String())}
+}
+
+// crossProtocol reports whether name is POST or Host:, the first words of
+// an HTTP request: a browser tricked into sending one to the RESP port
+// would otherwise have its body run as commands. Redis closes such a
+// connection without a reply, whatever came before; so does lockproxy.
+func crossProtocol(name []byte) bool {
+	switch len(name) {
+	case 4:
+		return lower(name) == "post"
+	case 5:
+		return lower(name) == "host:"
+	}
+	return false
+}
+
+// crossProtocolAttack closes cl after a POST or Host: command, and logs it
+// in Redis's words at most once a minute (an attack repeats).
+func (s *Server) crossProtocolAttack(cl *client) {
+	cl.closeNow = true
+	now := time.Now().UnixNano()
+	if last := s.attackLogged.Load(); now-last >= int64(time.Minute) && s.attackLogged.CompareAndSwap(last, now) {
+		s.log.Warn("Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to lockproxy. "+
+			"This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise your lockproxy instance. Connection aborted.",
+			"conn_id", cl.id, "addr", cl.addr)
+	}
 }

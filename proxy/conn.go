@@ -110,6 +110,9 @@ func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
 		conn.Close()
 		return
 	}
+	if cl.closeNow {
+		return // redcon hands over the rest of a read batch after a Close: dropped, as Redis drops input after QUIT
+	}
 	r := cl.run(cmd.Args)
 	cl.buf = cl.appendReply(cl.buf[:0], r)
 	if len(cl.buf) > 0 {
@@ -130,6 +133,7 @@ type result struct {
 	after    []byte // invalidations to write after it (tracking.go)
 	raw      []byte // a passthrough reply to write as is, instead of v
 	panicked bool   // v is the internal error; the connection closes after it
+	silent   bool   // nothing is written: the connection closes (crossProtocol)
 }
 
 // run runs one command, on either front end. A panic is recovered here:
@@ -137,6 +141,10 @@ type result struct {
 // the connection is to be closed after that reply.
 func (cl *client) run(args [][]byte) (r result) {
 	s := cl.s
+	if crossProtocol(args[0]) {
+		s.crossProtocolAttack(cl)
+		return result{silent: true}
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("panic serving a command", "conn_id", cl.id, "cmd", cl.lastCmd, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -178,6 +186,9 @@ func (cl *client) run(args [][]byte) (r result) {
 // appendReply appends the reply to the command run to b: nothing when
 // CLIENT REPLY mutes it, except a panic's error, which always goes out.
 func (cl *client) appendReply(b []byte, r result) []byte {
+	if r.silent {
+		return b
+	}
 	b = append(b, r.pushes...)
 	switch {
 	case r.panicked:

@@ -144,6 +144,7 @@ type Server struct {
 		connections atomic.Int64
 		commands    atomic.Int64
 	}
+	attackLogged atomic.Int64 // when a cross-protocol attack was last logged (Unix ns; crossProtocol)
 }
 
 // New returns a Server for b.
