@@ -22,8 +22,10 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/lockproxy /lockproxy
 USER nonroot:nonroot
 # Inside a container the listeners must bind beyond loopback (see above:
-# protected mode then requires a password). The admin port serves only
-# /metrics, /healthz and /readyz, with no secrets.
+# protected mode then requires a password, for both ports). The admin
+# port serves /metrics, /healthz and /readyz to anyone, and the locks
+# (tokens included), the status page and force-release to the users that
+# RESP's AUTH accepts, over HTTP Basic.
 ENV LOCKPROXY_LISTEN=0.0.0.0:6380 \
     LOCKPROXY_ADMIN_LISTEN=0.0.0.0:9121
 EXPOSE 6380 9121

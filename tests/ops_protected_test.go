@@ -12,7 +12,8 @@ import (
 
 // TestOpsProtectedMode runs the real binary listening on 0.0.0.0: without
 // a password it refuses to start (exit 2, the key, the problem and the
-// fix); with requirepass, or protected-mode off, it serves, and redis-cli
+// fix), for the RESP port and for the admin port (which lists tokens and
+// force-releases); with requirepass, or protected-mode off, it serves, and redis-cli
 // sees Redis's NOAUTH until it authenticates. The Dockerfile's own
 // environment (LOCKPROXY_LISTEN=0.0.0.0:…) is tried as the container runs it.
 func TestOpsProtectedMode(t *testing.T) {
@@ -39,6 +40,13 @@ func TestOpsProtectedMode(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "protected-mode: listen "+addr) {
 			t.Errorf("%v, output %q; want exit 2 and the protected-mode problem", err, out)
+		}
+	})
+	t.Run("admin port refused", func(t *testing.T) {
+		addr, _ := anyAddr()
+		out, code := testsrv.RunLockproxy(t, bin, "--admin-listen", addr)
+		if want := "protected-mode: admin-listen " + addr + " reaches beyond loopback and its locks and release need no password"; code != 2 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, output %q; want exit 2 and %q", code, out, want)
 		}
 	})
 	t.Run("requirepass from the environment", func(t *testing.T) {

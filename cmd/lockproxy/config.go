@@ -164,6 +164,11 @@ func (c Config) validate() []string {
 	if c.AdminListen != "" {
 		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
 			add("admin-listen", fmt.Sprintf("%q is not host:port", c.AdminListen), "e.g. 127.0.0.1:9121, or empty to disable")
+		} else if c.ProtectedMode && c.RequirePass == "" && len(c.Users) == 0 && !loopback(c.AdminListen) {
+			// The admin port lists every lock's token and force-releases:
+			// no more open to the network than the RESP port.
+			add("protected-mode", fmt.Sprintf("admin-listen %s reaches beyond loopback and its locks and release need no password", c.AdminListen),
+				"set requirepass or users (the admin port asks for the same credentials over HTTP Basic), or protected-mode: no, or admin-listen on 127.0.0.1")
 		}
 	}
 	switch c.LogLevel {

@@ -128,6 +128,10 @@ func TestValidationMessages(t *testing.T) {
 		{"protected mode 0.0.0.0", func(c *Config) { c.Listen = "0.0.0.0:6380" }, `protected-mode: listen 0.0.0.0:6380 reaches beyond loopback and clients need no password (set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
 		{"protected mode empty host", func(c *Config) { c.Listen = ":6380" }, `protected-mode: listen :6380 reaches beyond loopback and clients need no password (set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
 		{"protected mode name", func(c *Config) { c.Listen = "lockproxy.internal:6380" }, `protected-mode: listen lockproxy.internal:6380 reaches beyond loopback and clients need no password (set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
+		{"protected mode admin", func(c *Config) { c.AdminListen = "0.0.0.0:9121" }, `protected-mode: admin-listen 0.0.0.0:9121 reaches beyond loopback and its locks and release need no password (set requirepass or users (the admin port asks for the same credentials over HTTP Basic), or protected-mode: no, or admin-listen on 127.0.0.1)`},
+		{"protected mode admin with client certificates", func(c *Config) {
+			c.AdminListen, c.TLSCACertFile = ":9121", "ca.pem" // certificates guard RESP, not HTTP
+		}, `protected-mode: admin-listen :9121 reaches beyond loopback and its locks and release need no password (set requirepass or users (the admin port asks for the same credentials over HTTP Basic), or protected-mode: no, or admin-listen on 127.0.0.1)`},
 		{"user without password", func(c *Config) { c.Users = userList{{Name: "app"}} }, `users: user "app" has no password (set password, or sha256 to the hex SHA-256 of one: printf %s PASS | sha256sum)`},
 		{"user without name", func(c *Config) { c.Users = userList{{Password: "x"}} }, `users: a user has no name (give every user a name)`},
 		{"user default", func(c *Config) { c.Users = userList{{Name: "default", Password: "x"}} }, `users: "default" is the requirepass user (set its password with requirepass)`},
@@ -175,6 +179,10 @@ func TestProtectedModeAllows(t *testing.T) {
 		"password":          func(c *Config) { c.Listen, c.RequirePass = "0.0.0.0:6380", "s3cret" },
 		"users":             func(c *Config) { c.Listen, c.Users = "0.0.0.0:6380", userList{{Name: "app", Password: "x"}} },
 		"protected-mode no": func(c *Config) { c.Listen, c.ProtectedMode = "0.0.0.0:6380", false },
+		"admin password":    func(c *Config) { c.Listen, c.AdminListen, c.RequirePass = "0.0.0.0:6380", "0.0.0.0:9121", "s3cret" },
+		"admin users":       func(c *Config) { c.AdminListen, c.Users = "[::]:9121", userList{{Name: "app", Password: "x"}} },
+		"admin no":          func(c *Config) { c.AdminListen, c.ProtectedMode = "0.0.0.0:9121", false },
+		"admin localhost":   func(c *Config) { c.AdminListen = "localhost:9121" },
 	} {
 		c := defaults()
 		mod(&c)
