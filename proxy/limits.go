@@ -67,7 +67,7 @@ func (c *limitConn) wake() {
 }
 
 func newLimitConn(c net.Conn, max int64) *limitConn {
-	return &limitConn{Conn: c, f: framing{max: max}}
+	return &limitConn{Conn: c, f: framing{max: max, wholeCounts: true}}
 }
 
 // Read reads from the connection and passes on the bytes that stay within
@@ -90,19 +90,23 @@ func (c *limitConn) Read(p []byte) (int, error) {
 		n = copy(p, c.held)
 		c.held = c.held[n:]
 	} else {
-		if c.idle > 0 {
-			c.Conn.SetReadDeadline(time.Now().Add(c.idle))
-			if c.woken.Load() { // wake ran before the line above: its deadline must win
-				c.Conn.SetReadDeadline(time.Now())
-			}
-		}
 		var err error
-		if n, err = c.Conn.Read(p); n == 0 {
+		if n, err = c.read(p); n == 0 {
 			return 0, err
 		}
 	}
 	authed := c.authed == nil || c.authed()
 	ok, reply := c.f.scan(p[:n], authed)
+	for ok == 0 && reply == "" && len(c.held) == 0 && n < len(p) {
+		// A count line held back (framing.wholeCounts) is scanned again
+		// with the rest of its line.
+		m, err := c.read(p[n:])
+		if m == 0 {
+			return 0, err
+		}
+		n += m
+		ok, reply = c.f.scan(p[:n], authed)
+	}
 	if reply != "" {
 		c.Conn.Write([]byte("-" + reply + "\r\n"))
 		return 0, errLimit
@@ -111,6 +115,23 @@ func (c *limitConn) Read(p []byte) (int, error) {
 		c.held = append(append([]byte(nil), p[ok:n]...), c.held...)
 	}
 	return ok, nil
+}
+
+// maybeEmptyCount reports whether b, which starts with '*', is the start
+// of a count line, not yet ended, that may come to say 0 or less.
+func maybeEmptyCount(b []byte) bool {
+	return len(b) <= 24 && bytes.IndexByte(b, '\n') < 0 && (len(b) == 1 || b[1] == '-' || b[1] == '0')
+}
+
+// read reads from the connection under the idle deadline.
+func (c *limitConn) read(p []byte) (int, error) {
+	if c.idle > 0 {
+		c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+		if c.woken.Load() { // wake ran before the line above: its deadline must win
+			c.Conn.SetReadDeadline(time.Now())
+		}
+	}
+	return c.Conn.Read(p)
 }
 
 // framing states.
@@ -125,14 +146,18 @@ const (
 // framing follows the RESP framing of a request stream as redcon splits it:
 // a command starting with '*' is a multibulk, anything else an inline line.
 type framing struct {
-	max    int64 // MaxRequestBytes
-	state  uint8
-	hdr    [24]byte // the digits of the current count or length line
-	hdrLen int      // its length so far (may exceed len(hdr))
-	line   int      // bytes of the current inline line
-	args   int      // bulk strings left in the current command
-	body   int64    // bytes left in the current bulk string
-	size   int64    // bytes of the current multibulk command so far
+	max int64 // MaxRequestBytes
+	// wholeCounts: scan may answer (0, "") to hold back a count line
+	// that may be an empty array, at the start of b too, until the
+	// caller has read the rest of its line (limitConn).
+	wholeCounts bool
+	state       uint8
+	hdr         [24]byte // the digits of the current count or length line
+	hdrLen      int      // its length so far (may exceed len(hdr))
+	line        int      // bytes of the current inline line
+	args        int      // bulk strings left in the current command
+	body        int64    // bytes left in the current bulk string
+	size        int64    // bytes of the current multibulk command so far
 }
 
 // scan advances over b and returns how many of its bytes may go on now.
@@ -146,11 +171,16 @@ func (f *framing) scan(b []byte, authed bool) (int, string) {
 		}
 		return 0, reply
 	}
+	countAt := -1 // where in b the current count line starts, if it does in b
 	for i := 0; i < len(b); {
 		switch f.state {
 		case fStart:
 			if b[i] == '*' {
+				if (i > 0 || f.wholeCounts) && maybeEmptyCount(b[i:]) {
+					return i, "" // the count line whole in the next read, so an empty one can be blanked there
+				}
 				f.state, f.hdrLen, f.size = fCount, 0, 1
+				countAt = i
 				i++
 				continue
 			}
@@ -190,6 +220,15 @@ func (f *framing) scan(b []byte, authed bool) (int, string) {
 			case nl >= 0:
 				if reply := f.header(authed); reply != "" {
 					return stop(i, reply)
+				}
+				if f.state == fStart && countAt >= 0 {
+					// A count of 0 or less: Redis reads it as no command.
+					// Blanked to an empty inline line, which both readers
+					// skip; one begun in an earlier read is skipped by
+					// the loop's reader (loopConn.next) alone.
+					for j := countAt; j < i; j++ {
+						b[j] = ' '
+					}
 				}
 				i++
 			case i < len(b) && f.state == fCount:
@@ -232,7 +271,10 @@ func (f *framing) header(authed bool) string {
 	lineBytes := int64(f.hdrLen) + 1
 	if f.state == fCount {
 		switch {
-		case !ok || n <= 0 || n > f.max/6: // each argument takes at least "$0\r\n\r\n"
+		case ok && n <= 0: // an empty or null array: no command (scan blanks it)
+			f.state, f.hdrLen = fStart, 0
+			return ""
+		case !ok || n > f.max/6: // each argument takes at least "$0\r\n\r\n"
 			return backend.MsgInvalidMultibulk
 		case !authed && n > maxUnauthArgs:
 			return backend.MsgUnauthMultibulk

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/resp"
 )
 
 // The event-loop front end (Config.DataPath "loops"): a few gnet event
@@ -347,6 +349,11 @@ func plainLength(b []byte, i int) (n, next int) {
 // 0 when it is not complete; args is empty for an empty inline line.
 func (lc *loopConn) next(b []byte) (args [][]byte, n int, err error) {
 	if b[0] == '*' {
+		if nl := bytes.IndexByte(b, '\n'); nl > 0 {
+			if count, ok := resp.ParseLength(b[1:nl]); ok && count <= 0 {
+				return nil, nl + 1, nil // an empty or null array: no command, as in Redis
+			}
+		}
 		complete, args, _, rest, err := redcon.ReadNextCommand(b, lc.argv)
 		if err != nil || !complete {
 			return nil, 0, err

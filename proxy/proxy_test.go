@@ -231,7 +231,7 @@ func TestMalformedInput(t *testing.T) {
 			[]string{"+PONG\r\n", "$3\r\n", "a b\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"}},
 		{"bulk without CRLF after commands", "PING\r\n*1\r\n$4\r\nPINGxx\r\n",
 			[]string{"+PONG\r\n", "-ERR Protocol error: invalid bulk length\r\n"}},
-		{"bad count after commands", "PING\r\n*0\r\n",
+		{"bad count after commands", "PING\r\n*x\r\n",
 			[]string{"+PONG\r\n", "-ERR Protocol error: invalid multibulk length\r\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -254,6 +254,75 @@ func TestMalformedInput(t *testing.T) {
 		t.Fatalf("PING after malformed input = %q", got)
 	}
 }
+
+// TestEmptyMultibulk: a multibulk count of 0 or less is no command, as
+// Redis reads it (its protocol.tcl "Negative multibulk length"). Both
+// front ends; on the goroutine one also when the count line arrives in
+// pieces, each read alone (net.Pipe hands over one write per read).
+func TestEmptyMultibulk(t *testing.T) {
+	for _, path := range dataPaths {
+		t.Run(path, func(t *testing.T) {
+			s := startMemory(t, proxy.Config{DataPath: path})
+			c := dial(t, s.addr)
+			c.send("*-10\r\nPING\r\n*0\r\n*-1\r\nECHO a\r\n")
+			for _, want := range []string{"+PONG\r\n", "$1\r\n", "a\r\n"} {
+				if got := c.line(t); got != want {
+					t.Fatalf("got %q; want %q", got, want)
+				}
+			}
+		})
+	}
+	t.Run("pieces", func(t *testing.T) {
+		ln := newPipeListener()
+		srv := proxy.New(proxy.Config{DataPath: proxy.DataPathGoroutines}, memory.New(memory.Config{}))
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Shutdown(context.Background()) })
+		c := &rawConn{Conn: ln.dial(), rd: nil}
+		c.rd = bufio.NewReader(c.Conn)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		go func() { // a pipe's writes wait for the reads: the replies are read below meanwhile
+			for _, part := range []string{"PING\r\n*", "-1", "0\r\n", "*", "-", "3\r\nPING\r\n", "*0", "\r\n*2\r\n$4\r\nECHO\r\n$1\r\nb\r\n"} {
+				if _, err := io.WriteString(c, part); err != nil {
+					return // the reads below report what went wrong
+				}
+			}
+		}()
+		for _, want := range []string{"+PONG\r\n", "+PONG\r\n", "$1\r\n", "b\r\n"} {
+			if got := c.line(t); got != want {
+				t.Fatalf("count lines in pieces: got %q; want %q", got, want)
+			}
+		}
+	})
+}
+
+// pipeListener accepts the server ends of net.Pipes that dial makes.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) dial() net.Conn {
+	client, server := net.Pipe()
+	l.conns <- server
+	return client
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
 
 func TestPanicRecovery(t *testing.T) {
 	b := &hookBackend{Backend: memory.New(memory.Config{}), hook: func(_ context.Context, key string) error {
