@@ -134,6 +134,7 @@ type result struct {
 	raw      []byte // a passthrough reply to write as is, instead of v
 	panicked bool   // v is the internal error; the connection closes after it
 	silent   bool   // nothing is written: the connection closes (crossProtocol)
+	push     bool   // raw is (un)subscribe confirmations, which CLIENT REPLY does not mute
 }
 
 // run runs one command, on either front end. A panic is recovered here:
@@ -165,6 +166,10 @@ func (cl *client) run(args [][]byte) (r result) {
 		s.ops.sawTryagain(cl.lastCmd, r.v.Str)
 	}
 	r.raw, cl.raw = cl.raw, nil
+	switch cl.lastCmd {
+	case "subscribe", "psubscribe", "unsubscribe", "punsubscribe":
+		r.push = r.raw != nil
+	}
 	cl.afterCommand(cl.lastCmd)
 	r.after, cl.invalAfter = cl.invalAfter, nil
 	if cl.out.pending.Load() && !subscribing(args[0]) {
@@ -193,6 +198,11 @@ func (cl *client) appendReply(b []byte, r result) []byte {
 	switch {
 	case r.panicked:
 		b = appendValue(b, r.v, cl.resp3)
+	case r.push:
+		// Redis 7 sends (un)subscribe confirmations as pushes, also in
+		// RESP2 and under CLIENT REPLY OFF or SKIP (which still counts it).
+		cl.muted()
+		b = append(b, r.raw...)
 	case cl.muted():
 	case r.raw != nil:
 		b = append(b, r.raw...)

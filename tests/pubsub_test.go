@@ -126,6 +126,23 @@ var psScenarios = []psScenario{
 			psSend("pub", 1, "PUBLISH", "nobody", "x"),
 			psNone("sub"),
 		}},
+	// Redis 7 sends (un)subscribe confirmations as pushes, which CLIENT
+	// REPLY OFF does not mute, in RESP2 as in RESP3 (a client that turned
+	// replies off waited for ever for its SUBSCRIBE here).
+	{name: "subscribe with replies off", conns: []psConn{{"sub", instA}, {"pub", instB}},
+		steps: []psStep{
+			psSend("sub", 0, "CLIENT", "REPLY", "OFF"),
+			psSend("sub", 1, "SUBSCRIBE", "quiet", "loud"),
+			psRecv("sub", 1),
+			psSend("pub", 1, "PUBLISH", "loud", "hello"),
+			psRecv("sub", 1),
+			psSend("sub", 1, "PSUBSCRIBE", "q*"),
+			psSend("sub", 1, "UNSUBSCRIBE", "quiet"),
+			psSend("sub", 1, "PUNSUBSCRIBE", "q*"),
+			psSend("sub", 1, "UNSUBSCRIBE"),
+			psSend("sub", 0, "PING"),
+			psNone("sub"),
+		}},
 	{name: "psubscribe", conns: []psConn{{"sub", instA}, {"psub", instA}, {"pub", instB}},
 		steps: []psStep{
 			psSend("psub", 4, "PSUBSCRIBE", "lock:*", "a?c", "[ab]x", `esc\*`),
