@@ -84,3 +84,26 @@ func names(v backend.Value) []string {
 	}
 	return out
 }
+
+// TestRandomKeyVaries: RANDOMKEY over a few keys (each likely in another
+// shard) answers each of them in time, not always the same one (Redis's
+// keyspace.tcl "RANDOMKEY" expects both of two keys within 100 tries).
+func TestRandomKeyVaries(t *testing.T) {
+	b := New(Config{})
+	defer b.Close(t.Context())
+	ctx := t.Context()
+	for _, k := range []string{"foo", "bar", "baz"} {
+		b.Set(ctx, 0, k, []byte("v"), backend.SetOptions{})
+	}
+	seen := map[string]bool{}
+	for range 300 {
+		v, err := b.Do(ctx, 0, nil, bytesOf([]string{"RANDOMKEY"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[string(v.Str)] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("RANDOMKEY answered %v in 300 tries; want all of foo, bar, baz", seen)
+	}
+}

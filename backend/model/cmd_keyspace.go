@@ -3,6 +3,7 @@ package model
 import (
 	"cmp"
 	"hash/fnv"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,9 +193,15 @@ func CheckFlush(args [][]byte) error {
 	return nil
 }
 
+// cmdRandomKey answers a live key of the database, each about as likely as
+// another: the spaces are tried from a random one on (the keys of a few
+// would otherwise all come from the first space holding one), and each
+// space's map in Go's random order.
 func cmdRandomKey(c *call) (backend.Value, error) {
-	for _, sp := range c.v.Spaces {
-		for k, e := range sp.dbs[c.db] { // map order is random
+	n := len(c.v.Spaces)
+	start := rand.IntN(max(n, 1))
+	for i := range n {
+		for k, e := range c.v.Spaces[(start+i)%n].dbs[c.db] {
 			if e.Live(c.v.Now) {
 				return backend.BulkString(k), nil
 			}
