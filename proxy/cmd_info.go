@@ -62,12 +62,18 @@ func cmdInfo(cl *client, args [][]byte) backend.Value {
 		"maxclients:"+strconv.Itoa(s.cfg.MaxClients),
 		"blocked_clients:"+strconv.Itoa(s.blockers.count()),
 	)
+	if all || want["memory"] {
+		section("Memory", memoryLines(s.scripts.len())...)
+	}
 	section("Persistence", "loading:0", "async_loading:0", "rdb_bgsave_in_progress:0", "aof_enabled:0")
 	section("Stats",
 		"total_connections_received:"+strconv.FormatInt(s.stats.connections.Load(), 10),
 		"total_commands_processed:"+strconv.FormatInt(s.stats.commands.Load(), 10),
+		"total_error_replies:"+strconv.FormatInt(s.stats.errors.total.Load(), 10),
 	)
 	section("Replication", "role:master", "connected_slaves:0")
+	section("CPU", cpuLines()...)
+	section("Errorstats", s.stats.errors.lines()...)
 	// Test harnesses read it to tell a cluster from a single server
 	// (redis-py's conftest: cluster_enabled).
 	section("Cluster", "cluster_enabled:0")

@@ -162,8 +162,11 @@ func (cl *client) run(args [][]byte) (r result) {
 		}
 	}
 	r.v = cl.command(args)
-	if r.v.Kind == backend.KindError && isTryagain(r.v.Str) {
-		s.ops.sawTryagain(cl.lastCmd, r.v.Str)
+	if r.v.Kind == backend.KindError {
+		s.stats.errors.add(r.v.Str)
+		if isTryagain(r.v.Str) {
+			s.ops.sawTryagain(cl.lastCmd, r.v.Str)
+		}
 	}
 	r.raw, cl.raw = cl.raw, nil
 	switch cl.lastCmd {

@@ -143,6 +143,7 @@ type Server struct {
 	stats struct {
 		connections atomic.Int64
 		commands    atomic.Int64
+		errors      errorStats // INFO's Errorstats
 	}
 	attackLogged atomic.Int64 // when a cross-protocol attack was last logged (Unix ns; crossProtocol)
 }
