@@ -20,6 +20,10 @@
 //     against a real redis-server, except where gopher-lua words a Lua
 //     error itself (compile errors, arithmetic on nil): the frame of those
 //     messages still matches.
+//   - A script may start with Redis 7's shebang line ("#!lua
+//     flags=no-writes,…", shebang.go): Redis's errors for a bad one,
+//     EVAL_RO refusing a script without no-writes, and no-writes refusing
+//     its write commands (PUBLISH included) with Redis's text.
 //   - A script running past Config.TimeLimit is stopped with
 //     "ERR Script killed by lockproxy: …".
 //   - Classify's "creates nothing" rests on the static half alone, which

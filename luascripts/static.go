@@ -40,7 +40,7 @@ func staticCommands(src string) (cmds commandSet, ok bool) {
 // analyse is staticCommands, and reports whether src keeps to the core
 // subset of Lua (coreSubset) as well.
 func analyse(src string) (cmds commandSet, ok, core bool) {
-	chunk, err := parse.Parse(strings.NewReader(src), "user_script")
+	chunk, err := parse.Parse(strings.NewReader(blankShebang(src)), "user_script")
 	if err != nil {
 		return nil, false, false
 	}
