@@ -15,7 +15,8 @@ type libState struct {
 	null  *lua.LUserData
 }
 
-// openLibs sets the globals bit, struct, cjson and cmsgpack.
+// openLibs sets the globals bit, struct, cjson and cmsgpack, and Lua
+// 5.1's string.format.
 func (v *vm) openLibs() {
 	L := v.L
 	v.libs = &libState{cjson: cjsonDefaults, null: L.NewUserData()}
@@ -34,6 +35,9 @@ func (v *vm) openLibs() {
 	}
 	v.globals.RawSetString("cmsgpack", mp)
 	v.globals.RawSetString("cjson", cjsonModule(L, &v.libs.cjson, v.libs.null))
+	if str, ok := v.globals.RawGetString("string").(*lua.LTable); ok {
+		str.RawSetString("format", L.NewFunction(strFormat)) // strformat.go
+	}
 }
 
 // resetLibs puts the libraries' settings back to their defaults before a
