@@ -74,17 +74,14 @@ func bitToHex(L *lua.LState) int {
 		n = int32(bitArg(L, 2))
 	}
 	digits := "0123456789abcdef"
+	if n == math.MinInt32 {
+		n++ // Redis's fix of CVE-2024-31449: -n must not overflow
+	}
 	if n < 0 {
 		n = -n
 		digits = "0123456789ABCDEF"
 	}
-	if n > 8 || n < 0 { // -MinInt32 stays negative: C's int wraps the same way, then n > 8 fails and the loop runs 0 times
-		if n > 8 {
-			n = 8
-		} else {
-			n = 0
-		}
-	}
+	n = min(n, 8)
 	buf := make([]byte, n)
 	for i := int(n) - 1; i >= 0; i-- {
 		buf[i] = digits[b&15]

@@ -19,6 +19,7 @@ var libCases = []string{
 	"return {bit.rol(0x12345678, 8), bit.rol(-1, 5), bit.rol(1, 0), bit.rol(1, 32), bit.ror(0x12345678, 8), bit.ror(1, 1), bit.ror(5, 0)}",
 	"return {bit.bswap(0x12345678), bit.bswap(-1), bit.bswap(1), bit.bswap(2^32 + 0xff)}",
 	"return {bit.tohex(1), bit.tohex(-1), bit.tohex(255, 2), bit.tohex(255, -4), bit.tohex(0x12345678, 20), bit.tohex(1, 0), bit.tohex(2^40 + 1)}",
+	"return {bit.tohex(255, -2^31), bit.tohex(255, 2^31), bit.tohex(255, -9)}",
 	"return bit.tobit('x')",
 	"return bit.tobit()",
 	"return bit.band(1, {})",
