@@ -19,6 +19,7 @@ import (
 // and answers Redis's script errors as *backend.ReplyError, in Redis's order
 // of checks: unknown command, arity, not allowed from scripts, read-only.
 // A ScriptCaller serves one script run and is not safe for concurrent use.
+// PUBLISH counts as a write, as Redis's may-replicate commands do.
 type ScriptCaller struct {
 	KS backend.KeySpace
 	DB int
@@ -28,6 +29,10 @@ type ScriptCaller struct {
 	Hub       backend.Hub
 	Published [][2][]byte // channel and message, in order
 }
+
+// ReadOnly tells luascripts' Runner that the run refuses writes (EVAL_RO),
+// which a script whose shebang lacks no-writes may not run under.
+func (c *ScriptCaller) ReadOnly() bool { return c.RO }
 
 // Publishes tells luascripts' Runner that a script that publishes may run.
 func (c *ScriptCaller) Publishes() bool { return c.Hub != nil }
@@ -101,6 +106,9 @@ func (c *ScriptCaller) conn(n string, args [][]byte) (backend.Value, error) {
 	case "echo":
 		return backend.Bulk(args[1]), nil
 	case "publish":
+		if c.RO {
+			return backend.Value{}, backend.Reply(backend.MsgScriptReadOnly)
+		}
 		if c.Hub == nil {
 			return backend.Value{}, backend.Reply(NotServedMsg(n))
 		}

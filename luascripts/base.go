@@ -71,8 +71,13 @@ func luaToString(L *lua.LState) int {
 }
 
 func toString(v lua.LValue) string {
-	if n, ok := v.(lua.LNumber); ok {
-		return numberString(n)
+	switch x := v.(type) {
+	case lua.LNumber:
+		return numberString(x)
+	case *lua.LUserData:
+		if x.Value == nil {
+			return "userdata: (nil)" // cjson.null, C's NULL as glibc prints %p
+		}
 	}
 	return v.String()
 }

@@ -11,12 +11,19 @@
 //
 // Guarantees:
 //   - The sandbox is Redis 7's: Lua's base functions, string, table and
-//     math, and the redis table; no os, io, debug, package, require or
-//     print. Globals are protected with Redis's error texts.
+//     math, the redis table, and the libraries Redis bundles — bit,
+//     struct, cjson and cmsgpack (lib*.go, written after Redis's C
+//     sources and checked against a real redis-server); no os, io, debug,
+//     package, require or print. Globals are protected with Redis's error
+//     texts.
 //   - Error texts and conversions are Redis 7.0's byte for byte, checked
 //     against a real redis-server, except where gopher-lua words a Lua
 //     error itself (compile errors, arithmetic on nil): the frame of those
 //     messages still matches.
+//   - A script may start with Redis 7's shebang line ("#!lua
+//     flags=no-writes,…", shebang.go): Redis's errors for a bad one,
+//     EVAL_RO refusing a script without no-writes, and no-writes refusing
+//     its write commands (PUBLISH included) with Redis's text.
 //   - A script running past Config.TimeLimit is stopped with
 //     "ERR Script killed by lockproxy: …".
 //   - Classify's "creates nothing" rests on the static half alone, which
@@ -27,8 +34,12 @@
 //     byte-identical to Lua's in every state.
 //
 // Not offered, unlike Redis 7.0: load, loadstring and coroutine (a loader
-// is a way around the sandbox), and the cjson, bit, struct and cmsgpack
-// libraries, which no lock library uses.
+// is a way around the sandbox). Unlike Redis too: cjson.encode and
+// cmsgpack.pack write the keys of a table with several non-array keys in
+// gopher-lua's order, not in the order of Lua 5.1's hash part (a single
+// key, and arrays, are byte-identical); and cjson's settings
+// (encode_max_depth …) last for the script that sets them, where Redis
+// keeps them for every later script until it restarts.
 //
 // A Runner is safe for concurrent use. It pools Lua states and caches
 // compiled scripts by SHA1. A state goes back to the pool only after a run

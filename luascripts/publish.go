@@ -57,7 +57,7 @@ func RenamePublishCalls(src, call, pcall string) (out string, ok bool) {
 // tokens scans src with gopher-lua's scanner (comments and strings are
 // tokens or nothing, never text that looks like a call).
 func tokens(src string) ([]ast.Token, bool) {
-	sc := parse.NewScanner(strings.NewReader(src), "user_script")
+	sc := parse.NewScanner(strings.NewReader(blankShebang(src)), "user_script")
 	lx := &parse.Lexer{}
 	var out []ast.Token
 	for {

@@ -54,7 +54,8 @@ type compiled struct {
 	// quorum's nodes, a migrating proxy's legacy Redis), which serve
 	// PUBLISH and do not know LOCKPROXY.
 	refusedNodes error
-	publishes    bool // the script may PUBLISH (mayPublish)
+	publishes    bool        // the script may PUBLISH (mayPublish)
+	flags        scriptFlags // its shebang's (shebang.go)
 }
 
 // maxCompiled bounds the compiled-script cache; past it the cache starts
@@ -100,6 +101,10 @@ var parseMessages = map[string]string{
 }
 
 func compile(src string) (*lua.FunctionProto, error) {
+	src, _, err := shebang(src) // shebang.go
+	if err != nil {
+		return nil, err
+	}
 	chunk, err := parse.Parse(strings.NewReader(src), "user_script")
 	if err == nil {
 		fixAssignments(chunk) // assign.go
@@ -145,7 +150,7 @@ func (r *Runner) compiled(s backend.Script) (*compiled, error) {
 		return nil, err
 	}
 	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s, false, false), refusedPub: refusal(s, true, false),
-		refusedNodes: refusal(s, true, true), publishes: mayPublish(s.Src)}
+		refusedNodes: refusal(s, true, true), publishes: mayPublish(s.Src), flags: flagsOf(s.Src)}
 	r.mu.Lock()
 	if len(r.procs) >= maxCompiled {
 		clear(r.procs)
@@ -180,6 +185,9 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 				return backend.Value{}, refused
 			}
 		}
+	}
+	if c, err = p.flags.caller(c); err != nil {
+		return backend.Value{}, err
 	}
 	if p.native != nil {
 		if v, ok, err := p.native(ctx, keys, args, c); ok {

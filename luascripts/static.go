@@ -40,7 +40,7 @@ func staticCommands(src string) (cmds commandSet, ok bool) {
 // analyse is staticCommands, and reports whether src keeps to the core
 // subset of Lua (coreSubset) as well.
 func analyse(src string) (cmds commandSet, ok, core bool) {
-	chunk, err := parse.Parse(strings.NewReader(src), "user_script")
+	chunk, err := parse.Parse(strings.NewReader(blankShebang(src)), "user_script")
 	if err != nil {
 		return nil, false, false
 	}
@@ -81,7 +81,8 @@ type walker struct {
 // A name that is not a local in scope is a global; a local the walker
 // cannot place is taken for a global, which only ever refuses more.
 var globals = setOf("KEYS", "ARGV", "string", "table", "math", "tonumber", "tostring", "type",
-	"ipairs", "pairs", "next", "unpack", "select", "pcall", "error", "assert", "rawequal")
+	"ipairs", "pairs", "next", "unpack", "select", "pcall", "error", "assert", "rawequal",
+	"bit", "struct", "cjson", "cmsgpack") // data in, data out: no function of theirs calls back
 
 // block walks ss in a new scope holding names.
 func (w *walker) block(ss []ast.Stmt, names ...string) {

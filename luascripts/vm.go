@@ -29,6 +29,7 @@ type vm struct {
 	strMT   *lua.LTable   // what getmetatable answers for a string
 	onError *lua.LFunction
 	log     *slog.Logger
+	libs    *libState // bit, struct, cjson, cmsgpack (libs.go)
 
 	// per run
 	ctx    context.Context
@@ -79,12 +80,13 @@ func newVM(log *slog.Logger) *vm {
 		v.globals.RawSetString(name, L.NewFunction(fn))
 	}
 	v.globals.RawSetString("redis", v.redisLib())
+	v.openLibs()
 	tbl := v.globals.RawGetString("table").(*lua.LTable)
 	for _, name := range []string{"insert", "remove", "sort"} {
 		tbl.RawSetString(name, v.guard(name, tbl.RawGetString(name)))
 	}
 	v.locked = v.readOnly(L.NewTable())
-	for _, name := range []string{"string", "table", "math", "redis"} {
+	for _, name := range append([]string{"string", "table", "math", "redis"}, libNames...) {
 		v.globals.RawSetString(name, v.readOnly(v.globals.RawGetString(name)))
 	}
 	// Strings index the string library through their metatable: it and
@@ -176,6 +178,7 @@ func (v *vm) getMetatable(L *lua.LState) int {
 // another run (not after a timeout, a cancellation or an abort).
 func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.FunctionProto, sha string, keys []string, args [][]byte, c Caller) (out backend.Value, err error, reusable bool) {
 	v.ctx, v.cancel, v.caller, v.resp, v.abort, v.line, v.panicked = ctx, cancel, c, 2, nil, 0, nil
+	v.resetLibs()
 	defer func() { v.ctx, v.cancel, v.caller = nil, nil, nil }()
 
 	L := v.L
