@@ -21,6 +21,10 @@ type Config struct {
 	// ReapInterval is how often the reaper samples for expired keys.
 	// default: 100ms
 	ReapInterval time.Duration
+	// Freed, when set, hears of large frees (model.Space.Freed): a value
+	// of a MiB or more let go, a flush. It is called under the store's
+	// locks and must not block.
+	Freed func(n int)
 }
 
 // Backend is the in-memory store. It is safe for concurrent use; its reaper
@@ -68,6 +72,7 @@ func New(cfg Config) *Backend {
 	for i := range b.shards {
 		b.spaces[i] = &b.shards[i].sp
 		b.spaces[i].RaiseFence(floor)
+		b.spaces[i].Freed = cfg.Freed
 	}
 	b.pick = func(key string) *model.Space { return &b.shard(key).sp }
 	go b.reap(cfg.ReapInterval)

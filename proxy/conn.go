@@ -188,7 +188,21 @@ func (cl *client) run(args [][]byte) (r result) {
 	if s.metrics != nil {
 		s.metrics.observe(cl.lastCmd, r.v, time.Since(start))
 	}
+	if s.cfg.Freed != nil {
+		s.cfg.Freed(largeCommand(args, r.v))
+	}
 	return r
+}
+
+// largeCommand is the size of a command's request, or, for a reply of many
+// elements (KEYS of a large key space), an estimate of the reply's: what
+// the connection's buffers let go once it is answered.
+func largeCommand(args [][]byte, v backend.Value) int {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	return max(n, len(v.Str), len(v.Elems)*64)
 }
 
 // appendReply appends the reply to the command run to b: nothing when

@@ -19,6 +19,10 @@ import (
 
 // Config configures a Server. Zero values mean the documented defaults.
 type Config struct {
+	// Freed, when set, hears of large frees the proxy sees: a request or
+	// a reply of a MiB or more, once it is done with (internal/reclaim).
+	// It must not block.
+	Freed func(n int)
 	// RequirePass makes clients AUTH before anything else: it is the
 	// password of the "default" user. default: none
 	RequirePass string

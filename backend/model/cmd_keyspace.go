@@ -222,11 +222,19 @@ func cmdFlush(c *call) (backend.Value, error) {
 			dbs = append(dbs, db)
 		}
 	}
+	n, freed := 0, (func(int))(nil) // every Space of a View tells the same Freed
 	for _, sp := range c.v.Spaces {
 		for _, db := range dbs {
-			clear(sp.dbs[db])
-			clear(sp.objs[db])
+			// New maps, not cleared ones: a Go map keeps its buckets.
+			n += len(sp.dbs[db]) + len(sp.objs[db])
+			sp.dbs[db], sp.objs[db], sp.peak[db] = nil, nil, 0
 		}
+		if freed == nil {
+			freed = sp.Freed
+		}
+	}
+	if freed != nil && n*64 >= LargeValue { // a key takes 64 bytes at least
+		freed(n * 64)
 	}
 	return backend.OKValue, nil
 }

@@ -57,7 +57,15 @@ type Space struct {
 	// Holder is who the grants the caller makes now go to (Entry.Holder):
 	// the caller sets it before a call that may grant (View does).
 	Holder *backend.Holder
+	// Freed, when set, hears of the memory of a value of LargeValue
+	// bytes or more that the Space lets go (deleted, overwritten,
+	// expired, flushed), so that it can be given back to the operating
+	// system at once.
+	Freed func(n int)
 }
+
+// LargeValue is the size from which a value let go is told to Freed.
+const LargeValue = 1 << 20
 
 // fencesPerMilli is how far the fences run ahead of the clock: a fence is
 // at least the clock's Unix milliseconds times this (its microseconds), so
@@ -165,6 +173,11 @@ func (s *Space) Lookup(db int, key string, now int64) (Entry, Object, bool) {
 
 // drop deletes key, whatever it holds.
 func (s *Space) drop(db int, key string) {
+	if s.Freed != nil {
+		if n := len(s.dbs[db][key].Token); n >= LargeValue {
+			s.Freed(n)
+		}
+	}
 	delete(s.dbs[db], key)
 	if s.objs[db] != nil {
 		delete(s.objs[db], key)
@@ -199,10 +212,14 @@ func (s *Space) put(db int, key string, e Entry) {
 		e.Fence = s.fenceFor(db, key, e)
 	}
 	m := s.dbs[db]
-	if old, ok := m[key]; ok && sameGrant(old, e, s.clock) {
+	old, ok := m[key]
+	if ok && sameGrant(old, e, s.clock) {
 		e.Granted, e.Holder = old.Granted, old.Holder
 	} else {
 		e.Granted, e.Holder = s.clock, s.Holder
+	}
+	if s.Freed != nil && len(old.Token) >= LargeValue {
+		s.Freed(len(old.Token))
 	}
 	if m == nil {
 		m = make(map[string]Entry)

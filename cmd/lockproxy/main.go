@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/internal/reclaim"
 	"github.com/lockproxy/lockproxy/luascripts"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/migrate"
@@ -97,7 +98,11 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	drain, _ := parseDuration(cfg.ShutdownTimeout)
 	idle, _ := parseDuration(cfg.IdleTimeout)
 
-	b, warnings, err := newBackend(cfg, scriptLimit, log)
+	// Large frees (a big value, a flush, a big request) are given back to
+	// the system at once, not at the runtime's leisure (internal/reclaim).
+	rec := reclaim.New(50*time.Millisecond, time.Second)
+	defer rec.Close()
+	b, warnings, err := newBackend(cfg, scriptLimit, log, rec)
 	if err != nil {
 		return err
 	}
@@ -131,7 +136,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	srv := proxy.New(proxy.Config{
 		RequirePass: cfg.RequirePass, Users: cfg.Users.proxyUsers(), NoFlush: !cfg.AllowFlush, MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, Passthrough: up, BackendName: cfg.Backend, Logger: log, Registerer: reg,
-		DataPath: cfg.dataPath(), Instance: cfg.instanceName(),
+		DataPath: cfg.dataPath(), Instance: cfg.instanceName(), Freed: rec.Freed,
 	}, b)
 	stopAdmin, err := serveAdmin(cfg.AdminListen, srv, reg)
 	if err != nil {
@@ -222,7 +227,7 @@ func (c Config) warnings() []string {
 
 // newBackend builds the configured backend and the safety warnings the
 // start line reports.
-func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger) (backend.Backend, []string, error) {
+func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger, rec *reclaim.Reclaimer) (backend.Backend, []string, error) {
 	switch cfg.Backend {
 	case "quorum":
 		timeout, _ := parseDuration(cfg.QuorumTimeout)
@@ -248,7 +253,7 @@ func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger) (backen
 		return newPostgres(cfg, luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log}), log)
 	}
 	runner := luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})
-	return memory.New(memory.Config{Runner: runner}), []string{"memory backend: single node, not HA; locks end with the process"}, nil
+	return memory.New(memory.Config{Runner: runner, Freed: rec.Freed}), []string{"memory backend: single node, not HA; locks end with the process"}, nil
 }
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
