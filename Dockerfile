@@ -16,7 +16,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/lockproxy ./cmd/lockproxy
+# docker build --build-arg VERSION=v1.4.0 . names the release (lockproxy --version).
+ARG VERSION
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/lockproxy ./cmd/lockproxy
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/lockproxy /lockproxy

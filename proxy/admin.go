@@ -52,7 +52,7 @@ type Admin struct {
 // NewAdmin returns the admin handler of s. Close it when done.
 func NewAdmin(s *Server, cfg AdminConfig) *Admin {
 	if cfg.Version == "" {
-		cfg.Version = buildVersion()
+		cfg.Version = BuildVersion()
 	}
 	if cfg.SampleInterval <= 0 {
 		cfg.SampleInterval = 30 * time.Second

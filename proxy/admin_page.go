@@ -294,8 +294,11 @@ func lineChart(samples []sample, now time.Time, span time.Duration, w, h int) ch
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// buildVersion is the binary's module version and VCS revision.
-func buildVersion() string {
+// BuildVersion is the binary's module version and VCS revision, as the Go
+// toolchain recorded them: a tagged version for go install, a pseudo-
+// version with the revision for go build in a checkout, "(devel)" where
+// neither was recorded (go run).
+func BuildVersion() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"

@@ -73,6 +73,7 @@ type options struct {
 	configPath  string
 	checkConfig bool
 	healthcheck bool
+	version     bool
 }
 
 // load builds the configuration from args and env (os.Environ form). A
@@ -85,6 +86,7 @@ func load(args []string, env []string, stderr io.Writer) (Config, options, error
 	fs.SetOutput(io.Discard) // parse errors are reported once, as problems; --help prints the usage below
 	fs.StringVar(&o.configPath, "config", "", "YAML config `file` (default: config.yaml in the working directory if present)")
 	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (0 when valid, 2 when not)")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVar(&o.healthcheck, "healthcheck", false, "ask the running lockproxy's admin endpoint (admin-listen) whether it is alive; exit 0 if so")
 	d := defaults()
 	flagVals := map[string]*string{}

@@ -76,6 +76,10 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, err)
 		return errInvalidConfig
 	}
+	if opts.version {
+		printVersion(stdout)
+		return nil
+	}
 	if opts.healthcheck && probs == nil { // needs only admin-listen: the server's own problems are the server's
 		return healthcheck(ctx, cfg.AdminListen)
 	}
@@ -129,7 +133,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		ln = tls.NewListener(ln, tlsCfg)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	if c, ok := b.(prometheus.Collector); ok { // the backend's own state (postgres: sessions, leases, pool)
 		reg.MustRegister(c)
 	}
@@ -177,7 +181,7 @@ func serveAdmin(addr string, srv *proxy.Server, reg *prometheus.Registry) (stop 
 	if err != nil {
 		return nil, fmt.Errorf("admin listen: %w", err)
 	}
-	h := proxy.NewAdmin(srv, proxy.AdminConfig{Gatherer: reg})
+	h := proxy.NewAdmin(srv, proxy.AdminConfig{Gatherer: reg, Version: versionString()})
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go hs.Serve(ln)
 	return func() {

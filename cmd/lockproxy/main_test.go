@@ -10,11 +10,14 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 )
@@ -174,5 +177,36 @@ func TestJSONLogsWithNodeDown(t *testing.T) {
 	}
 	if w, _ := start["warnings"].(string); !strings.Contains(w, "; ") || !strings.Contains(w, dead) {
 		t.Errorf("start line warnings = %q; want the dead node named, warnings separated by '; '", w)
+	}
+}
+
+// TestVersion: --version prints the version and exits 0 without serving;
+// lockproxy_build_info carries the same version; a version set at build
+// time wins over the toolchain's.
+func TestVersion(t *testing.T) {
+	var out, errs strings.Builder
+	if err := run(t.Context(), []string{"--version"}, nil, &out, &errs); err != nil {
+		t.Fatalf("--version: %v (%s)", err, errs.String())
+	}
+	if want := "lockproxy " + versionString() + " (" + runtime.Version(); !strings.HasPrefix(out.String(), want) {
+		t.Errorf("--version printed %q; want it to start with %q", out.String(), want)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(buildInfo())
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || mfs[0].GetName() != "lockproxy_build_info" || mfs[0].Metric[0].GetGauge().GetValue() != 1 {
+		t.Fatalf("build info metric = %v, %v", mfs, err)
+	}
+	labels := map[string]string{}
+	for _, l := range mfs[0].Metric[0].Label {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if labels["version"] != versionString() || labels["goversion"] != runtime.Version() {
+		t.Errorf("lockproxy_build_info labels %v; want version %q, goversion %q", labels, versionString(), runtime.Version())
+	}
+	defer func(v string) { version = v }(version)
+	version = "v9.9.9"
+	if versionString() != "v9.9.9" {
+		t.Errorf("with -X main.version=v9.9.9 the version is %q", versionString())
 	}
 }
