@@ -189,49 +189,15 @@ func (d *mpDecoder) value() lua.LValue {
 		luaErrorf(d.L, "stack overflow (too many return values at once; use unpack_one or unpack_limit instead.)")
 	}
 	c := d.s[d.p]
-	fixed := func(size int, v lua.LValue) lua.LValue {
+	if size, conv := mpFixed(c); size > 0 {
 		if !d.need(uint64(size)) {
 			return nil
 		}
+		v := conv(d.u(1, size-1))
 		d.p += size
 		return v
 	}
 	switch c {
-	case 0xcc:
-		if !d.need(2) {
-			return nil
-		}
-		return fixed(2, lua.LNumber(d.u(1, 1)))
-	case 0xd0:
-		if !d.need(2) {
-			return nil
-		}
-		return fixed(2, lua.LNumber(int8(d.u(1, 1))))
-	case 0xcd:
-		if !d.need(3) {
-			return nil
-		}
-		return fixed(3, lua.LNumber(d.u(1, 2)))
-	case 0xd1:
-		if !d.need(3) {
-			return nil
-		}
-		return fixed(3, lua.LNumber(int16(d.u(1, 2))))
-	case 0xce:
-		if !d.need(5) {
-			return nil
-		}
-		return fixed(5, lua.LNumber(d.u(1, 4)))
-	case 0xd2:
-		if !d.need(5) {
-			return nil
-		}
-		return fixed(5, lua.LNumber(int32(d.u(1, 4))))
-	case 0xcf, 0xd3: // lua_pushinteger of the 64 bits, signed
-		if !d.need(9) {
-			return nil
-		}
-		return fixed(9, lua.LNumber(int64(d.u(1, 8))))
 	case 0xc0:
 		d.p++
 		return lua.LNil
@@ -241,59 +207,22 @@ func (d *mpDecoder) value() lua.LValue {
 	case 0xc2:
 		d.p++
 		return lua.LFalse
-	case 0xca:
-		if !d.need(5) {
+	case 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xde, 0xdf:
+		hdr := mpLenSize[c]
+		if !d.need(uint64(hdr)) {
 			return nil
 		}
-		return fixed(5, lua.LNumber(math.Float32frombits(uint32(d.u(1, 4)))))
-	case 0xcb:
-		if !d.need(9) {
-			return nil
+		n := d.u(1, hdr-1)
+		switch c {
+		case 0xd9, 0xda, 0xdb:
+			return d.str(hdr, n)
+		case 0xdc, 0xdd:
+			d.p += hdr
+			return d.array(n)
+		default:
+			d.p += hdr
+			return d.hash(n)
 		}
-		return fixed(9, lua.LNumber(math.Float64frombits(d.u(1, 8))))
-	case 0xd9:
-		if !d.need(2) {
-			return nil
-		}
-		return d.str(2, d.u(1, 1))
-	case 0xda:
-		if !d.need(3) {
-			return nil
-		}
-		return d.str(3, d.u(1, 2))
-	case 0xdb:
-		if !d.need(5) {
-			return nil
-		}
-		return d.str(5, d.u(1, 4))
-	case 0xdc:
-		if !d.need(3) {
-			return nil
-		}
-		n := d.u(1, 2)
-		d.p += 3
-		return d.array(n)
-	case 0xdd:
-		if !d.need(5) {
-			return nil
-		}
-		n := d.u(1, 4)
-		d.p += 5
-		return d.array(n)
-	case 0xde:
-		if !d.need(3) {
-			return nil
-		}
-		n := d.u(1, 2)
-		d.p += 3
-		return d.hash(n)
-	case 0xdf:
-		if !d.need(5) {
-			return nil
-		}
-		n := d.u(1, 4)
-		d.p += 5
-		return d.hash(n)
 	}
 	switch {
 	case c&0x80 == 0:
@@ -313,6 +242,32 @@ func (d *mpDecoder) value() lua.LValue {
 	}
 	d.err = mpErrBadFmt
 	return nil
+}
+
+// mpLenSize is the header size (type byte and length) of the strings,
+// arrays and maps with a length after their type byte.
+var mpLenSize = map[byte]int{0xd9: 2, 0xda: 3, 0xdb: 5, 0xdc: 3, 0xdd: 5, 0xde: 3, 0xdf: 5}
+
+// mpFixed is the size (type byte included) of a number of type c and how
+// its big-endian payload becomes a Lua number; size 0 for other types.
+func mpFixed(c byte) (int, func(uint64) lua.LValue) {
+	switch c {
+	case 0xcc, 0xcd, 0xce:
+		return 1<<(c-0xcc) + 1, func(u uint64) lua.LValue { return lua.LNumber(u) }
+	case 0xd0:
+		return 2, func(u uint64) lua.LValue { return lua.LNumber(int8(u)) }
+	case 0xd1:
+		return 3, func(u uint64) lua.LValue { return lua.LNumber(int16(u)) }
+	case 0xd2:
+		return 5, func(u uint64) lua.LValue { return lua.LNumber(int32(u)) }
+	case 0xcf, 0xd3: // lua_pushinteger of the 64 bits, signed
+		return 9, func(u uint64) lua.LValue { return lua.LNumber(int64(u)) }
+	case 0xca:
+		return 5, func(u uint64) lua.LValue { return lua.LNumber(math.Float32frombits(uint32(u))) }
+	case 0xcb:
+		return 9, func(u uint64) lua.LValue { return lua.LNumber(math.Float64frombits(u)) }
+	}
+	return 0, nil
 }
 
 // str reads a string of n bytes after a header of hdr bytes.

@@ -132,11 +132,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
-	if c, ok := b.(prometheus.Collector); ok { // the backend's own state (postgres: sessions, leases, pool)
-		reg.MustRegister(c)
-	}
+	reg := newRegistry(b)
 	srv := proxy.New(proxy.Config{
 		RequirePass: cfg.RequirePass, Users: cfg.Users.proxyUsers(), NoFlush: !cfg.AllowFlush, MaxClients: cfg.MaxClients, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxScriptBytes: cfg.MaxScriptBytes, IdleTimeout: idle, Passthrough: up, BackendName: cfg.Backend, Logger: log, Registerer: reg,
@@ -168,6 +164,18 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// newRegistry is the process's one metrics registry: Go's and the
+// process's collectors, the build, and the backend's own state (postgres:
+// sessions, leases, pool) where it has one.
+func newRegistry(b backend.Backend) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	if c, ok := b.(prometheus.Collector); ok {
+		reg.MustRegister(c)
+	}
+	return reg
 }
 
 // serveAdmin serves the admin port (metrics, health, the locks and the
