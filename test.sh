@@ -36,14 +36,18 @@ if ((${#missing[@]})); then
 		$sudo mkdir -p /etc/postgresql-common
 		echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.conf >/dev/null
 	fi
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -o Dpkg::Options::=--force-confold "${missing[@]}" >/dev/null
+	# Another apt (an unattended upgrade) may hold dpkg's lock: wait for it.
+	$sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -o DPkg::Lock::Timeout=600 -o Dpkg::Options::=--force-confold "${missing[@]}" >/dev/null
 fi
 if [ -f tests/node/package-lock.json ] && { [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/node/node_modules ]; }; then
 	(cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 go vet ./...
+# Both legs run whatever the first gives; the run fails at the end if
+# either did, so one failure does not hide the other leg's.
+status=0
 # gotestsum (pinned; fetched through the Go module proxy and cached) runs
 # `go test -json` and prints each top-level test as it ends, so a long run
 # shows its progress; passing subtests are left out (the differential corpus
@@ -53,7 +57,7 @@ go vet ./...
 # core) two cores sat a third idle and leg 1 took half as long again.
 go run gotest.tools/gotestsum@v1.13.0 --format testname -- \
 	-race -count=1 -parallel 4 -timeout 25m ./... |
-	grep --line-buffered -Ev '^(PASS|SKIP) [^ .]+\.[^ /]+/'
+	grep --line-buffered -Ev '^(PASS|SKIP) [^ .]+\.[^ /]+/' || status=1
 
 # The run above is on the default front end (data-path: loops); the
 # black-box suites that cover what a client observes run again on the other
@@ -70,4 +74,5 @@ LOCKPROXY_TEST_DATA_PATH=goroutines LOCKPROXY_TEST_PG_ROW_DELAY=0s \
 	-race -count=1 -parallel 4 -timeout 15m \
 	-run 'TestDifferential$|TestDifferentialQuorum|TestPubSub|TestTrackingRedirect|TestRueidis|TestDifferentialPostgres|TestNative|TestNewerCommands|TestResp|TestGoRedis|TestRedsync|TestRedislock$|TestOps|TestMulti|TestScriptsBeyondLockModelAlike|TestScriptsTypedAlike|TestAdmin|TestMetrics|TestPostgres|TestRedisCLI' \
 	./tests/ ./tests/faults/ |
-	grep --line-buffered -Ev '^(PASS|SKIP) [^ .]+\.[^ /]+/'
+	grep --line-buffered -Ev '^(PASS|SKIP) [^ .]+\.[^ /]+/' || status=1
+exit $status
