@@ -55,6 +55,12 @@ type Config struct {
 	QuorumTLSCACertFile string `yaml:"quorum-tls-ca-cert-file"`
 	QuorumTLSCertFile   string `yaml:"quorum-tls-cert-file"`
 	QuorumTLSKeyFile    string `yaml:"quorum-tls-key-file"`
+	QuorumFewerNodes    bool   `yaml:"quorum-allow-fewer-nodes"`
+
+	// where is the file position ("config.yaml:12") that gave each key,
+	// for the keys the file gave and neither the environment nor a flag
+	// overrode: validate names it before the key.
+	where map[string]string
 }
 
 func defaults() Config {
@@ -121,12 +127,17 @@ func load(args []string, env []string, stderr io.Writer) (Config, options, error
 		if err != nil {
 			return Config{}, o, problems{fmt.Sprintf("config: %v (give a readable YAML file, or no --config)", err)}
 		}
-		probs = append(probs, loadYAML(path, data, fields(&cfg))...)
+		var fileProbs problems
+		fileProbs, cfg.where = loadYAML(path, data, fields(&cfg))
+		probs = append(probs, fileProbs...)
 	}
 	probs = append(probs, loadEnv(env, fields(&cfg))...)
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for _, f := range fields(&cfg) {
+		if _, ok := lookupEnv(env, envName(f.name)); ok || set[f.name] {
+			delete(cfg.where, f.name) // the file did not give the value in force
+		}
 		if set[f.name] {
 			if err := f.set(*flagVals[f.name]); err != nil {
 				probs = append(probs, f.problem("--"+f.name, err))
@@ -142,7 +153,12 @@ func load(args []string, env []string, stderr io.Writer) (Config, options, error
 // validate returns every problem, each as "key: problem (fix)".
 func (c Config) validate() []string {
 	var probs []string
-	add := func(key, problem, fix string) { probs = append(probs, key+": "+problem+" ("+fix+")") }
+	add := func(key, problem, fix string) {
+		if w := c.where[key]; w != "" {
+			key = w + ": " + key
+		}
+		probs = append(probs, key+": "+problem+" ("+fix+")")
+	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		add("listen", fmt.Sprintf("%q is not host:port", c.Listen), "e.g. 127.0.0.1:6380")
 	} else if c.ProtectedMode && c.open() {
@@ -190,11 +206,21 @@ func (c Config) validate() []string {
 
 // validateBackend checks the chosen backend's own keys.
 func (c Config) validateBackend(add func(key, problem, fix string)) {
+	if c.Backend != "quorum" && c.QuorumNodes != "" {
+		add("quorum-nodes", "set while backend is "+c.Backend+": it would be ignored", "remove it, or set backend: quorum")
+	}
+	if c.Backend != "postgres" && c.PostgresDSN != "" {
+		add("postgres-dsn", "set while backend is "+c.Backend+": it would be ignored", "remove it, or set backend: postgres")
+	}
 	switch c.Backend {
 	case "memory":
 	case "quorum":
-		if len(c.nodes()) == 0 {
+		switch n := len(c.nodes()); {
+		case n == 0:
 			add("quorum-nodes", "empty while backend is quorum", "list 3 or more independent Redis nodes, e.g. 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379")
+		case n < 3 && !c.QuorumFewerNodes:
+			add("quorum-nodes", fmt.Sprintf("%d node(s): a quorum of fewer than 3 survives no node's failure", n),
+				"list 3 or more independent Redis nodes, or quorum-allow-fewer-nodes: yes for a test rig")
 		}
 		c.validateQuorumNodes(add)
 	case "postgres":

@@ -28,6 +28,7 @@ func TestSampleConfigIsValid(t *testing.T) {
 	if len(cfg.Users) == 0 {
 		cfg.Users = nil // the sample's "users: []"
 	}
+	cfg.where = nil // where the file gave each key
 	if !reflect.DeepEqual(cfg, defaults()) {
 		t.Errorf("config.yaml differs from the defaults it documents:\n file %+v\n code %+v", cfg, defaults())
 	}
@@ -132,6 +133,10 @@ func TestValidationMessages(t *testing.T) {
 		{"protected mode admin with client certificates", func(c *Config) {
 			c.AdminListen, c.TLSCACertFile = ":9121", "ca.pem" // certificates guard RESP, not HTTP
 		}, `protected-mode: admin-listen :9121 reaches beyond loopback and its locks and release need no password (set requirepass or users (the admin port asks for the same credentials over HTTP Basic), or protected-mode: no, or admin-listen on 127.0.0.1)`},
+		{"quorum of two", func(c *Config) { c.Backend, c.QuorumNodes = "quorum", "a:1,b:1" }, `quorum-nodes: 2 node(s): a quorum of fewer than 3 survives no node's failure (list 3 or more independent Redis nodes, or quorum-allow-fewer-nodes: yes for a test rig)`},
+		{"quorum of one", func(c *Config) { c.Backend, c.QuorumNodes = "quorum", "a:1" }, `quorum-nodes: 1 node(s): a quorum of fewer than 3 survives no node's failure (list 3 or more independent Redis nodes, or quorum-allow-fewer-nodes: yes for a test rig)`},
+		{"nodes without quorum", func(c *Config) { c.QuorumNodes = "a:1,b:1,c:1" }, `quorum-nodes: set while backend is memory: it would be ignored (remove it, or set backend: quorum)`},
+		{"dsn without postgres", func(c *Config) { c.Backend, c.QuorumNodes, c.PostgresDSN = "quorum", "a:1,b:1,c:1", "postgres://db/x" }, `postgres-dsn: set while backend is quorum: it would be ignored (remove it, or set backend: postgres)`},
 		{"user without password", func(c *Config) { c.Users = userList{{Name: "app"}} }, `users: user "app" has no password (set password, or sha256 to the hex SHA-256 of one: printf %s PASS | sha256sum)`},
 		{"user without name", func(c *Config) { c.Users = userList{{Password: "x"}} }, `users: a user has no name (give every user a name)`},
 		{"user default", func(c *Config) { c.Users = userList{{Name: "default", Password: "x"}} }, `users: "default" is the requirepass user (set its password with requirepass)`},
@@ -172,17 +177,18 @@ func TestValidationMessages(t *testing.T) {
 // start: loopback listeners, a password, or protected mode turned off.
 func TestProtectedModeAllows(t *testing.T) {
 	for name, mod := range map[string]func(*Config){
-		"127.0.0.1":         func(c *Config) { c.Listen = "127.0.0.1:6380" },
-		"127.0.0.2":         func(c *Config) { c.Listen = "127.0.0.2:6380" },
-		"::1":               func(c *Config) { c.Listen = "[::1]:6380" },
-		"localhost":         func(c *Config) { c.Listen = "localhost:6380" },
-		"password":          func(c *Config) { c.Listen, c.RequirePass = "0.0.0.0:6380", "s3cret" },
-		"users":             func(c *Config) { c.Listen, c.Users = "0.0.0.0:6380", userList{{Name: "app", Password: "x"}} },
-		"protected-mode no": func(c *Config) { c.Listen, c.ProtectedMode = "0.0.0.0:6380", false },
-		"admin password":    func(c *Config) { c.Listen, c.AdminListen, c.RequirePass = "0.0.0.0:6380", "0.0.0.0:9121", "s3cret" },
-		"admin users":       func(c *Config) { c.AdminListen, c.Users = "[::]:9121", userList{{Name: "app", Password: "x"}} },
-		"admin no":          func(c *Config) { c.AdminListen, c.ProtectedMode = "0.0.0.0:9121", false },
-		"admin localhost":   func(c *Config) { c.AdminListen = "localhost:9121" },
+		"127.0.0.1":              func(c *Config) { c.Listen = "127.0.0.1:6380" },
+		"127.0.0.2":              func(c *Config) { c.Listen = "127.0.0.2:6380" },
+		"::1":                    func(c *Config) { c.Listen = "[::1]:6380" },
+		"localhost":              func(c *Config) { c.Listen = "localhost:6380" },
+		"password":               func(c *Config) { c.Listen, c.RequirePass = "0.0.0.0:6380", "s3cret" },
+		"users":                  func(c *Config) { c.Listen, c.Users = "0.0.0.0:6380", userList{{Name: "app", Password: "x"}} },
+		"protected-mode no":      func(c *Config) { c.Listen, c.ProtectedMode = "0.0.0.0:6380", false },
+		"quorum of two, allowed": func(c *Config) { c.Backend, c.QuorumNodes, c.QuorumFewerNodes = "quorum", "a:1,b:1", true },
+		"admin password":         func(c *Config) { c.Listen, c.AdminListen, c.RequirePass = "0.0.0.0:6380", "0.0.0.0:9121", "s3cret" },
+		"admin users":            func(c *Config) { c.AdminListen, c.Users = "[::]:9121", userList{{Name: "app", Password: "x"}} },
+		"admin no":               func(c *Config) { c.AdminListen, c.ProtectedMode = "0.0.0.0:9121", false },
+		"admin localhost":        func(c *Config) { c.AdminListen = "localhost:9121" },
 	} {
 		c := defaults()
 		mod(&c)
@@ -421,6 +427,41 @@ func TestCheckConfigQuorumNodes(t *testing.T) {
 		err := run(t.Context(), []string{"--backend", "quorum", "--quorum-nodes", nodes, "--check-config"}, nil, io.Discard, &stderr)
 		if !errors.Is(err, errInvalidConfig) || strings.TrimSpace(stderr.String()) != want {
 			t.Errorf("--quorum-nodes %s --check-config = %v\n%s\nwant %s", nodes, err, stderr.String(), want)
+		}
+	}
+}
+
+// TestFileProblemsNameTheLine: a value the file gave that validation
+// refuses is named with the file and its line; the YAML list form of
+// quorum-nodes is read and checked like the comma-separated one; a value
+// the environment or a flag overrides is named without the file.
+func TestFileProblemsNameTheLine(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("backend: quorum\nquorum-nodes:\n  - 127.0.0.1:7001\n  - 127.0.0.1:7002\n  - 127.0.0.1:99999\nlog-level: loud\n"), 0o600)
+	cfg, _, err := load([]string{"--config", file}, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs := cfg.validate()
+	for _, want := range []string{
+		file + `:2: quorum-nodes: node 3: port "99999" of "127.0.0.1:99999" is not in 1..65535 (a TCP port is 1 to 65535, e.g. 127.0.0.1:6379)`,
+		file + `:6: log-level: unknown level "loud" (use debug, info, warn or error)`,
+	} {
+		if !slices.Contains(probs, want) {
+			t.Errorf("validate() = %q; want it to contain %q", probs, want)
+		}
+	}
+	cfg, _, err = load([]string{"--config", file, "--log-level", "noisy"}, []string{"LOCKPROXY_QUORUM_NODES=a:1,b:1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs = cfg.validate()
+	for _, want := range []string{
+		`log-level: unknown level "noisy" (use debug, info, warn or error)`,
+		`quorum-nodes: 2 node(s): a quorum of fewer than 3 survives no node's failure (list 3 or more independent Redis nodes, or quorum-allow-fewer-nodes: yes for a test rig)`,
+	} {
+		if !slices.Contains(probs, want) {
+			t.Errorf("overridden: validate() = %q; want it to contain %q", probs, want)
 		}
 	}
 }

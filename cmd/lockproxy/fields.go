@@ -79,7 +79,7 @@ func fields(c *Config) []field {
 		str("listen", "RESP listener address", &c.Listen),
 		str("instance-name", "this instance's name in LOCKPROXY LOCK's holder and the lease rows (default: the host name and the listen port, host:port)", &c.InstanceName),
 		str("backend", "memory, quorum or postgres", &c.Backend),
-		str("quorum-nodes", "comma-separated host:port or redis:// URLs of the quorum nodes", &c.QuorumNodes),
+		nodesField(c),
 		str("quorum-node-timeout", "how long one operation may take on one quorum node", &c.QuorumTimeout),
 		str("postgres-dsn", "PostgreSQL connection string", &c.PostgresDSN),
 		str("postgres-strategy", "advisory or lease", &c.PostgresStrategy),
@@ -104,6 +104,7 @@ func fields(c *Config) []field {
 		str("quorum-tls-ca-cert-file", "CA that signed the quorum nodes' certificates (PEM; default: system roots)", &c.QuorumTLSCACertFile),
 		str("quorum-tls-cert-file", "client certificate for the quorum nodes (PEM)", &c.QuorumTLSCertFile),
 		str("quorum-tls-key-file", "the key of quorum-tls-cert-file (PEM)", &c.QuorumTLSKeyFile),
+		boolean("quorum-allow-fewer-nodes", "let a quorum of 1 or 2 nodes start (a test rig: it survives no node's failure)", &c.QuorumFewerNodes),
 		str("passthrough", "redis:// or rediss:// URL of a Redis that receives every command lockproxy does not serve", &c.Passthrough),
 		str("idle-timeout", "close a client connection idle this long; 0 never", &c.IdleTimeout),
 		str("data-path", "loops (a few event loops own the connections) or goroutines (one per connection); a TLS listener is always served on goroutines", &c.DataPath),
@@ -113,3 +114,26 @@ func fields(c *Config) []field {
 }
 
 func parseDuration(s string) (time.Duration, error) { return time.ParseDuration(s) }
+
+// nodesField is quorum-nodes: comma-separated, or in YAML a list.
+func nodesField(c *Config) field {
+	f := str("quorum-nodes", "comma-separated host:port or redis:// URLs of the quorum nodes", &c.QuorumNodes)
+	f.example = "10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379"
+	f.yaml = func(n *yaml.Node) error {
+		switch n.Kind {
+		case yaml.ScalarNode:
+			return f.set(n.Value)
+		case yaml.SequenceNode:
+			var nodes []string
+			for _, e := range n.Content {
+				if e.Kind != yaml.ScalarNode {
+					return fmt.Errorf("line %d: a node is host:port or a URL, not a list or mapping", e.Line)
+				}
+				nodes = append(nodes, e.Value)
+			}
+			return f.set(strings.Join(nodes, ","))
+		}
+		return fmt.Errorf("expects host:port values, as a list or comma-separated")
+	}
+	return f
+}

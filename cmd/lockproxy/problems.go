@@ -25,28 +25,31 @@ func (f field) problem(where string, err error) string {
 }
 
 // loadYAML applies the keys of a YAML file to fs. Every unknown key and
-// every bad value is a problem naming the file, the line and the key.
-func loadYAML(path string, data []byte, fs []field) problems {
+// every bad value is a problem naming the file, the line and the key;
+// where is each key's position ("config.yaml:12"), for the problems
+// validation finds later.
+func loadYAML(path string, data []byte, fs []field) (probs problems, where map[string]string) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return problems{fmt.Sprintf("%s: %v (fix the YAML syntax)", path, err)}
+		return problems{fmt.Sprintf("%s: %v (fix the YAML syntax)", path, err)}, nil
 	}
 	if len(doc.Content) == 0 { // an empty file
-		return nil
+		return nil, nil
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
-		return problems{fmt.Sprintf("%s:%d: the file is not a mapping of keys (write key: value lines, as in the sample config.yaml)", path, root.Line)}
+		return problems{fmt.Sprintf("%s:%d: the file is not a mapping of keys (write key: value lines, as in the sample config.yaml)", path, root.Line)}, nil
 	}
+	where = map[string]string{}
 	byName := map[string]field{}
 	var names []string
 	for _, f := range fs {
 		byName[f.name] = f
 		names = append(names, f.name)
 	}
-	var probs problems
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
+		where[k.Value] = fmt.Sprintf("%s:%d", path, k.Line)
 		where := fmt.Sprintf("%s:%d: %s", path, k.Line, k.Value)
 		f, ok := byName[k.Value]
 		if !ok {
@@ -66,7 +69,17 @@ func loadYAML(path string, data []byte, fs []field) problems {
 			probs = append(probs, f.problem(where, err))
 		}
 	}
-	return probs
+	return probs, where
+}
+
+// lookupEnv finds name in env (os.Environ form).
+func lookupEnv(env []string, name string) (string, bool) {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // envPrefix starts the name of every configuration variable.
