@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -143,11 +144,13 @@ func TestDirectClients(t *testing.T) {
 	list := "id=3 addr=127.0.0.1:5 laddr=x fd=8 name=lockproxy-migrate age=9 idle=0 flags=N cmd=client|list\n" +
 		"id=4 addr=127.0.0.1:6 laddr=x fd=9 name= age=30 idle=12 flags=N cmd=get\n" +
 		"id=5 addr=127.0.0.1:7 laddr=x fd=10 name=app age=30 idle=4 flags=N cmd=set\n" +
-		"id=6 addr=127.0.0.1:8 laddr=x fd=11 name= age=30 idle=0 flags=S cmd=replconf\n"
-	if n, idle := directClients(list, "lockproxy-migrate"); n != 2 || idle != 4 {
-		t.Errorf("directClients = %d, idle %d; want 2 (lockproxy's and the replica left out), idle 4", n, idle)
+		"id=6 addr=127.0.0.1:8 laddr=x fd=11 name= age=30 idle=0 flags=S cmd=replconf\n" +
+		"id=7 addr=127.0.0.1:9 laddr=x fd=12 name= age=0 idle=0 flags=N cmd=NULL\n" // lockproxy's, before its SETNAME
+	own := func(addr string) bool { return addr == "127.0.0.1:9" }
+	if n, idle := directClients(list, "lockproxy-migrate", own); n != 2 || idle != 4 {
+		t.Errorf("directClients = %d, idle %d; want 2 (lockproxy's, named or not yet, and the replica left out), idle 4", n, idle)
 	}
-	if n, _ := directClients("", "lockproxy-migrate"); n != 0 {
+	if n, _ := directClients("", "lockproxy-migrate", own); n != 0 {
 		t.Errorf("directClients of an empty list = %d", n)
 	}
 }
@@ -182,5 +185,56 @@ func TestParseURL(t *testing.T) {
 		if got := MaskURL(in); got != want || strings.Contains(got, "secret") {
 			t.Errorf("MaskURL(%q) = %q; want %q", in, got, want)
 		}
+	}
+}
+
+// TestOwnConns: a connection the wrapped dialer opened is known by its
+// local address, as CLIENT LIST shows it, until it is closed.
+func TestOwnConns(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var own ownConns
+	var d net.Dialer
+	c, err := own.dialer(d.DialContext)(t.Context(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := c.LocalAddr().String()
+	if !own.has(local) {
+		t.Errorf("has(%s) = false for an open connection", local)
+	}
+	c.Close()
+	c.Close()
+	if own.has(local) {
+		t.Errorf("has(%s) = true after Close", local)
+	}
+}
+
+// TestStatusHysteresis: the legacy Redis is reported down after two failed
+// reads in a row, not one; before any success, at the first failure.
+func TestStatusHysteresis(t *testing.T) {
+	var s status
+	s.init()
+	if !s.failure() || s.up() {
+		t.Fatal("a failure before any success: want down at once")
+	}
+	if !s.success() || !s.up() {
+		t.Fatal("a success: want up")
+	}
+	if s.failure() || !s.up() {
+		t.Fatal("one failure after a success: want still up")
+	}
+	if s.success() || !s.up() {
+		t.Fatal("a success after one failure: want up, no change")
+	}
+	s.failure()
+	if !s.failure() || s.up() {
+		t.Fatal("two failures in a row: want down")
+	}
+	if s.failure() {
+		t.Fatal("a third failure: already down, no change")
 	}
 }

@@ -140,6 +140,7 @@ type Backend struct {
 	releases luascripts.Releases
 
 	st     status
+	own    ownConns // this instance's connections to the legacy Redis
 	stop   chan struct{}
 	done   chan struct{}
 	close  sync.Once
@@ -199,15 +200,17 @@ func (b *Backend) options(db int) *redis.Options {
 		DialerRetries:         1,    // one dial per operation: a legacy Redis that is down costs one refused dial, not five with backoff
 		DisableIdentity:       true, // no CLIENT SETINFO: one command less per connection, and older Redis refuse it
 	}
-	if b.cfg.Dialer != nil {
-		o.Dialer = b.cfg.Dialer
-	}
 	if b.legacy.TLS {
 		o.TLSConfig = b.cfg.TLS
 		if o.TLSConfig == nil {
 			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: b.legacy.Host}
 		}
 	}
+	dial := b.cfg.Dialer
+	if dial == nil {
+		dial = redis.NewDialer(o) // go-redis's own, TLS included
+	}
+	o.Dialer = b.own.dialer(dial)
 	return o
 }
 

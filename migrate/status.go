@@ -2,8 +2,10 @@ package migrate
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 // the migration's counters. Safe for concurrent use.
 type status struct {
 	state       atomic.Int32 // stateUnknown until the first read, then stateUp or stateDown
+	failed      atomic.Int32 // reads failed in a row
 	clients     atomic.Int64 // other clients of the legacy Redis; -1 until first read
 	lastCommand atomic.Int64 // Unix ms of the last command a direct client ran; 0: none seen
 	polled      atomic.Int64 // Unix ms of the last successful read
@@ -66,16 +69,16 @@ func (b *Backend) poll() {
 	}()
 	list, err := b.client(0).ClientList(ctx).Result()
 	if err != nil {
-		if b.st.state.Swap(stateDown) != stateDown { // logged once per outage, and at start
+		if b.st.failure() { // logged once per outage, and at start
 			b.cfg.Logger.Warn("migrate: the legacy Redis does not answer", "legacy", MaskURL(b.cfg.URL), "err", err)
 		}
 		return
 	}
-	if b.st.state.Swap(stateUp) != stateUp {
+	if b.st.success() {
 		b.cfg.Logger.Info("migrate: the legacy Redis answers", "legacy", MaskURL(b.cfg.URL))
 	}
 	now := time.Now()
-	n, idle := directClients(list, b.cfg.ClientName)
+	n, idle := directClients(list, b.cfg.ClientName, b.own.has)
 	b.st.clients.Store(n)
 	if n > 0 {
 		last := now.Add(-time.Duration(idle) * time.Second).UnixMilli()
@@ -86,15 +89,37 @@ func (b *Backend) poll() {
 	b.st.polled.Store(now.UnixMilli())
 }
 
+// downAfter is how many reads of CLIENT LIST in a row must fail before the
+// legacy Redis is reported down.
+const downAfter = 2
+
+// failure records a failed read and reports whether the legacy Redis is
+// down from now on: after downAfter failures in a row, or at once before
+// any read succeeded. One slow answer does not turn the status red.
+func (s *status) failure() bool {
+	if s.failed.Add(1) < downAfter && s.state.Load() == stateUp {
+		return false
+	}
+	return s.state.Swap(stateDown) != stateDown
+}
+
+// success records a read that succeeded and reports whether the legacy
+// Redis was not up before.
+func (s *status) success() bool {
+	s.failed.Store(0)
+	return s.state.Swap(stateUp) != stateUp
+}
+
 // directClients counts the clients of a CLIENT LIST reply that are not
-// lockproxy's (named name, this instance's and every other instance's)
-// and not replicas or a master link, and returns the smallest idle time
-// among them in seconds.
-func directClients(list, name string) (n, minIdle int64) {
+// lockproxy's (named name, this instance's and every other instance's; or
+// at an address own knows, this instance's connections whose name is not
+// set yet) and not replicas or a master link, and returns the smallest
+// idle time among them in seconds.
+func directClients(list, name string, own func(addr string) bool) (n, minIdle int64) {
 	minIdle = -1
 	for line := range strings.Lines(list) {
 		f := clientFields(line)
-		if f["id"] == "" || f["name"] == name || strings.ContainsAny(f["flags"], "SM") {
+		if f["id"] == "" || f["name"] == name || own(f["addr"]) || strings.ContainsAny(f["flags"], "SM") {
 			continue
 		}
 		n++
@@ -213,4 +238,42 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descUndone, counter, float64(b.st.undoLegacy.Load()), "legacy")
 	ch <- prometheus.MustNewConstMetric(descUndone, counter, float64(b.st.undoInner.Load()), "backend")
 	ch <- prometheus.MustNewConstMetric(descUndoFailed, counter, float64(b.st.undoFailed.Load()))
+}
+
+// ownConns are the local addresses of this instance's open connections to
+// the legacy Redis: a connection shows in CLIENT LIST before the name it
+// sets, and must not count as a direct client meanwhile. Safe for
+// concurrent use.
+type ownConns struct{ addrs sync.Map }
+
+// has reports whether addr is one of this instance's connections.
+func (o *ownConns) has(addr string) bool {
+	_, ok := o.addrs.Load(addr)
+	return ok
+}
+
+// dialer wraps dial so that every connection it opens is known by its
+// local address until closed.
+func (o *ownConns) dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		local := c.LocalAddr().String()
+		o.addrs.Store(local, struct{}{})
+		return &ownConn{Conn: c, forget: func() { o.addrs.Delete(local) }}, nil
+	}
+}
+
+// ownConn forgets its address when closed.
+type ownConn struct {
+	net.Conn
+	once   sync.Once
+	forget func()
+}
+
+func (c *ownConn) Close() error {
+	c.once.Do(c.forget)
+	return c.Conn.Close()
 }
