@@ -200,6 +200,9 @@ func (b *Backend) check(i int, r reading, others, round bool) *markerWrite {
 		h.reachable, h.checked = false, true
 		return nil
 	}
+	if h.checked && !h.reachable {
+		b.cfg.Logger.Info("quorum node reachable again", "node", n.addr)
+	}
 	h.reachable, h.checked = true, true
 	h.checkRTT = r.rtt
 	runID, info, cfg := r.runID, r.info, r.cfg

@@ -99,3 +99,30 @@ func TestRestartLoggedOnce(t *testing.T) {
 		t.Errorf("the restart was logged %d times; want once:\n%s", n, logs.String())
 	}
 }
+
+// TestUnreachableAndBackLogged: a node that stops answering is logged
+// unreachable once, and reachable again once it answers (an operator
+// reading the log must see the recovery, not only the failure).
+func TestUnreachableAndBackLogged(t *testing.T) {
+	nodes := startNodes(t, 3)
+	var logs testsrv.SyncBuffer
+	newBackendCfg(t, quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout, CheckInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	await := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(logs.String(), what) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q logged within 10s:\n%s", what, logs.String())
+			}
+			time.Sleep(10 * time.Millisecond) // polling the monitor
+		}
+	}
+	nodes[1].Stop()
+	await("quorum node unreachable")
+	nodes[1].Cont()
+	await("quorum node reachable again")
+	if n := strings.Count(logs.String(), "quorum node unreachable"); n != 1 {
+		t.Errorf("unreachable logged %d times; want once:\n%s", n, logs.String())
+	}
+}
