@@ -222,8 +222,9 @@ func cmdConfig(cl *client, args [][]byte) backend.Value {
 		}
 		var out []backend.Value
 		seen := map[string]bool{}
+		params := append(configParams[:len(configParams):len(configParams)], cl.s.tuned.params()...)
 		for _, pat := range args[2:] {
-			for _, p := range configParams {
+			for _, p := range params {
 				if model.Match(bytes.ToLower(pat), []byte(p[0])) && !seen[p[0]] {
 					seen[p[0]] = true
 					out = append(out, backend.BulkString(p[0]), backend.BulkString(p[1]))
@@ -235,7 +236,7 @@ func cmdConfig(cl *client, args [][]byte) backend.Value {
 		if len(args) < 4 {
 			return backend.ErrorValue(backend.ErrWrongArgs("config|set"))
 		}
-		return backend.ErrorValue(backend.ErrConfigSetOption(string(args[2])))
+		return cl.configSet(args)
 	case "resetstat":
 		if len(args) != 2 {
 			return backend.ErrorValue(backend.ErrWrongArgs("config|resetstat"))
@@ -249,7 +250,7 @@ func cmdConfig(cl *client, args [][]byte) backend.Value {
 			backend.Status("GET <pattern>"),
 			backend.Status("    Return parameters matching the glob-like <pattern> and their values."),
 			backend.Status("SET <directive> <value>"),
-			backend.Status("    Refused: lockproxy is configured by its own flags and file."),
+			backend.Status("    Accepted for Redis's encoding settings (no effect); refused otherwise: lockproxy is configured by its own flags and file."),
 			backend.Status("RESETSTAT"),
 			backend.Status("    Accepted; lockproxy keeps its statistics in Prometheus metrics."))
 	}

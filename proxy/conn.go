@@ -283,6 +283,7 @@ func init() {
 		{"punsubscribe", -1, cmdPUnsubscribe}, {"publish", 3, cmdPublish}, {"pubsub", -2, cmdPubsub},
 		{"blpop", -3, cmdBLPop}, {"brpop", -3, cmdBRPop}, {"blmove", 6, cmdBLMove}, {"brpoplpush", 4, cmdBRPopLPush},
 		{"bzpopmin", -3, cmdBZPopMin}, {"bzpopmax", -3, cmdBZPopMax},
+		{"debug", -2, cmdDebug}, {"memory", -2, cmdMemory},
 	} {
 		commands[c.name] = &c
 	}

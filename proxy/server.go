@@ -149,6 +149,7 @@ type Server struct {
 		commands    atomic.Int64
 		errors      errorStats // INFO's Errorstats
 	}
+	tuned        tuned        // CONFIG SET's encoding settings (cmd_harness.go)
 	attackLogged atomic.Int64 // when a cross-protocol attack was last logged (Unix ns; crossProtocol)
 }
 
