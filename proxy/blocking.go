@@ -18,8 +18,9 @@ import (
 // connection blocks (its later commands wait, as in Redis) until a write
 // of one of its keys wakes it (through this instance, or through another
 // sharing the backend: tracking_remote.go), CLIENT UNBLOCK, or the
-// timeout; it also looks again every blockPoll by itself, which covers a
-// wake-up lost between instances. Several clients
+// timeout, or the client's going (it then takes nothing); it also looks
+// again every blockPoll by itself, which covers a wake-up lost between
+// instances. Several clients
 // blocked on one key race for a pushed value: the first pop wins, not
 // necessarily the first blocked (Redis serves them in order).
 
@@ -50,6 +51,7 @@ const (
 	unblockNone int32 = iota
 	unblockTimeout
 	unblockError
+	unblockGone // the client went away (client.hangUp)
 )
 
 // woken tells every client blocked on one of keys of db to look again.
@@ -256,12 +258,22 @@ func (cl *client) blockingFirst(args [][]byte, pop string, got func(k []byte, v 
 // or the connection's end. Inside MULTI nothing blocks: the reply is what
 // a try that did not answer returned (a null array for BLPOP, LMOVE's nil
 // for BLMOVE, as Redis answers inside a transaction).
+//
+// A try runs only while the client is there: a client that went away
+// (hangUp) while blocked takes nothing, and the element stays for the
+// next reader, as Redis frees a blocked client when it reads its end of
+// stream. The front end reads the connection while the client is blocked
+// (the event loops always do; the goroutine front end watches it here), so
+// that the wait ends, and INFO stops counting it, as soon as the client
+// goes. A client that goes after a try took an element loses it, as it
+// does on Redis.
 func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, try func() (backend.Value, bool)) backend.Value {
 	if v, ok := try(); ok || cl.inMulti || cl.inExec {
 		return v // inside MULTI nothing blocks: the try's own "nothing"
 	}
 	b, done := cl.s.blockers.block(cl, keys)
 	defer done()
+	defer cl.watchEnd()()
 	var end <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -271,6 +283,9 @@ func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, 
 	poll := time.NewTicker(blockPoll)
 	defer poll.Stop()
 	for {
+		if cl.hungUp.Load() { // also when it went before block registered it
+			return cl.gone()
+		}
 		select {
 		case <-b.wake:
 		case <-poll.C:
@@ -280,6 +295,13 @@ func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, 
 		case <-end:
 			return backend.Value{Kind: backend.KindNilArray}
 		case <-cl.ctx.Done():
+		}
+		// Each case may be ready with another: the client's end wins over
+		// a wake-up, so that nothing is taken for a client gone.
+		switch {
+		case cl.hungUp.Load():
+			return cl.gone()
+		case cl.ctx.Err() != nil:
 			return cl.errorValue(name, context.Canceled)
 		}
 		switch b.cause.Load() {
@@ -292,6 +314,35 @@ func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, 
 			return v
 		}
 	}
+}
+
+// hangUp records that the client went away (its end of stream, or a
+// failure, was read while a command ran) and ends the blocking wait it is
+// in, if any: from any goroutine.
+func (cl *client) hangUp() {
+	if cl.hungUp.CompareAndSwap(false, true) {
+		cl.s.blockers.unblock(cl.id, unblockGone)
+	}
+}
+
+// gone ends a blocking command whose client went away: no reply, and the
+// connection closes without running what the client sent after it, as
+// Redis frees such a client.
+func (cl *client) gone() backend.Value {
+	cl.reply, cl.closeNow = replyOff, true
+	return backend.Value{Kind: backend.KindNilArray}
+}
+
+// watchEnd has the goroutine front end read the connection of a blocked
+// client, to see it go (limitConn.watchEnd); it returns what ends the
+// watch. The event loops read every connection anyway (OnClose).
+func (cl *client) watchEnd() (stop func()) {
+	if cl.conn != nil {
+		if lc, ok := cl.conn.NetConn().(*limitConn); ok {
+			return lc.watchEnd(cl.hangUp)
+		}
+	}
+	return func() {}
 }
 
 // cmdClientUnblock is CLIENT UNBLOCK id [TIMEOUT|ERROR].

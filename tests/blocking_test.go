@@ -1,0 +1,189 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/memory"
+	"github.com/lockproxy/lockproxy/pgbridge"
+	"github.com/lockproxy/lockproxy/proxy"
+)
+
+// blockingTargets starts one lockproxy of each backend on the front end
+// dataPath: blocking pops are served on both front ends by different
+// code (a goroutine per connection reads nothing while its command runs;
+// the event loops read on), so each scenario runs on both.
+func blockingTargets(t *testing.T, dataPath string) []pubsubTarget {
+	one := func(name, addr string) pubsubTarget { return pubsubTarget{name: name, addrs: [2]string{addr, addr}} }
+	cfg := func(backend string) proxy.Config { return proxy.Config{BackendName: backend, DataPath: dataPath} }
+	targets := []pubsubTarget{one("memory", testsrv.StartLockproxy(t, cfg("memory"), memory.New(memory.Config{})))}
+	q, _ := testsrv.StartQuorumProxyWith(t, 3, time.Second, cfg("quorum"))
+	targets = append(targets, one("quorum", q))
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		b, err := pgbridge.New(ctx, pgbridge.Config{DSN: dsn, Strategy: strategy, LeaseRowDelay: testsrv.PostgresRowDelay(t)})
+		cancel()
+		if err != nil {
+			t.Fatalf("pgbridge %s: %v", strategy, err)
+		}
+		targets = append(targets, one("pg-"+strategy, testsrv.StartLockproxy(t, cfg("postgres"), b)))
+	}
+	return targets
+}
+
+// TestBlockingPops runs the scenarios of blocking pops over several
+// connections on a real redis-server and on lockproxy, every backend on
+// both front ends, and requires the same frames. The scenarios run one
+// after the other: INFO's blocked_clients counts the server's every
+// blocked client.
+func TestBlockingPops(t *testing.T) {
+	t.Parallel()
+	redis := testsrv.StartRedis(t)
+	for _, dataPath := range []string{proxy.DataPathLoops, proxy.DataPathGoroutines} {
+		t.Run(dataPath, func(t *testing.T) {
+			for _, target := range blockingTargets(t, dataPath) {
+				t.Run(target.name, func(t *testing.T) {
+					for _, sc := range bpScenarios {
+						if sc.only != nil && !slices.Contains(sc.only, target.name) {
+							continue
+						}
+						protos := sc.protos
+						if protos == nil {
+							protos = []int{2, 3}
+						}
+						for _, proto := range protos {
+							t.Run(fmt.Sprintf("resp%d/%s", proto, sc.name), func(t *testing.T) {
+								psRun(t, redis.Addr, target, proto, sc)
+							})
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// bpClean deletes the keys a scenario uses, on connection conn, with the
+// same reply whatever was there (the reference redis-server serves every
+// target in turn).
+func bpClean(conn string, keys ...string) psStep {
+	return psSend(conn, 1, append([]string{"EVAL", "redis.call('del', unpack(KEYS))", strconv.Itoa(len(keys))}, keys...)...)
+}
+
+var bpScenarios = []psScenario{
+	// A waiter whose client went away takes nothing: the element stays
+	// for the next reader, and INFO stops counting the waiter at once.
+	{name: "gone-waiter-blpop", conns: []psConn{{"a", instA}, {"b", instA}},
+		steps: []psStep{
+			bpClean("b", "bp:q1"),
+			psSend("a", 0, "BLPOP", "bp:q1", "0"),
+			psState("b", "blocked_clients:1"),
+			psHangup("a"),
+			psState("b", "blocked_clients:0"),
+			psSend("b", 1, "LPUSH", "bp:q1", "job"),
+			psSend("b", 1, "LRANGE", "bp:q1", "0", "-1"),
+		}},
+	// The same with a second waiter, blocked after the one that goes:
+	// the element is the second's.
+	{name: "gone-waiter-then-live", conns: []psConn{{"a", instA}, {"c", instA}, {"b", instA}},
+		steps: []psStep{
+			bpClean("b", "bp:q2"),
+			psSend("a", 0, "BRPOP", "bp:q2", "0"),
+			psState("b", "blocked_clients:1"),
+			psSend("c", 0, "BRPOP", "bp:q2", "0"),
+			psState("b", "blocked_clients:2"),
+			psHangup("a"),
+			psState("b", "blocked_clients:1"),
+			psSend("b", 1, "RPUSH", "bp:q2", "job"),
+			psRecv("c", 1),
+			psSend("b", 1, "LLEN", "bp:q2"),
+		}},
+	// BLMOVE and BZPOPMIN: nothing moved or popped for a client gone.
+	{name: "gone-waiter-blmove", conns: []psConn{{"a", instA}, {"b", instA}},
+		steps: []psStep{
+			bpClean("b", "bp:src", "bp:dst"),
+			psSend("a", 0, "BLMOVE", "bp:src", "bp:dst", "LEFT", "RIGHT", "0"),
+			psState("b", "blocked_clients:1"),
+			psHangup("a"),
+			psState("b", "blocked_clients:0"),
+			psSend("b", 1, "RPUSH", "bp:src", "job"),
+			psSend("b", 1, "LRANGE", "bp:src", "0", "-1"),
+			psSend("b", 1, "EXISTS", "bp:dst"),
+		}},
+	{name: "gone-waiter-bzpopmin", conns: []psConn{{"a", instA}, {"b", instA}},
+		steps: []psStep{
+			bpClean("b", "bp:z"),
+			psSend("a", 0, "BZPOPMIN", "bp:z", "0"),
+			psState("b", "blocked_clients:1"),
+			psHangup("a"),
+			psState("b", "blocked_clients:0"),
+			psSend("b", 1, "ZADD", "bp:z", "1", "m"),
+			psSend("b", 1, "ZRANGE", "bp:z", "0", "-1", "WITHSCORES"),
+		}},
+	// What a blocked client sends meanwhile waits, in order, behind the
+	// blocked command (the goroutine front end reads it while it watches
+	// for the client's end).
+	{name: "input-while-blocked", conns: []psConn{{"a", instA}, {"b", instA}},
+		steps: []psStep{
+			bpClean("b", "bp:in"),
+			psSend("a", 0, "BLPOP", "bp:in", "0"),
+			psState("b", "blocked_clients:1"),
+			psSend("a", 0, "PING", "after"),
+			psSend("a", 0, "LLEN", "bp:in"),
+			psNone("a"),
+			psSend("b", 1, "RPUSH", "bp:in", "x", "y"),
+			psRecv("a", 3),
+			psState("b", "blocked_clients:0"),
+			psSend("a", 1, "BLPOP", "bp:in", "0"),
+		}},
+}
+
+// TestBlockingPopsTLS: over TLS (the goroutine front end reads a blocked
+// client's connection through crypto/tls), a blocked client's pipelined
+// command waits behind it, and a client that goes takes nothing.
+func TestBlockingPopsTLS(t *testing.T) {
+	t.Parallel()
+	f := testsrv.NewTLSFiles(t)
+	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := proxy.New(proxy.Config{BackendName: "memory", DataPath: proxy.DataPathGoroutines}, memory.New(memory.Config{}))
+	go srv.Serve(tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	addr := ln.Addr().String()
+	dial := func(t testing.TB, addr string) *respConn {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, f.ClientConfig(t, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return &respConn{c: c, rd: bufio.NewReader(c)}
+	}
+	target := pubsubTarget{name: "memory-tls", addrs: [2]string{addr, addr}, dial: dial}
+	redis := testsrv.StartRedis(t)
+	for _, sc := range bpScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			psRun(t, redis.Addr, target, 2, sc)
+		})
+	}
+}
