@@ -71,6 +71,30 @@ func (bs *blockers) woken(db int, keys [][]byte) {
 	}
 }
 
+// wakeBlocked wakes the clients blocked on keys of the client's database
+// after its write. Inside an EXEC run command by command that waits for
+// the transaction's end (wakeDeferred), so that they see its end state,
+// as Redis's blocked clients do (a script, and a transaction run as one,
+// wake them once they have run).
+func (cl *client) wakeBlocked(keys [][]byte) {
+	if !cl.inExec {
+		cl.s.blockers.woken(cl.db, keys)
+		return
+	}
+	for _, k := range keys {
+		cl.execWoke = append(cl.execWoke, blockKey{cl.db, string(k)})
+	}
+}
+
+// wakeDeferred wakes the clients blocked on the keys an EXEC run command
+// by command wrote.
+func (cl *client) wakeDeferred() {
+	for _, bk := range cl.execWoke {
+		cl.s.blockers.woken(bk.db, [][]byte{[]byte(bk.key)})
+	}
+	cl.execWoke = nil
+}
+
 // block registers cl as blocked on keys and returns its wake-up and what
 // unregisters it.
 func (bs *blockers) block(cl *client, keys [][]byte) (*blocked, func()) {
@@ -172,26 +196,48 @@ func cmdBRPopLPush(cl *client, args [][]byte) backend.Value {
 }
 
 // blockingMove runs move (LMOVE or RPOPLPUSH) until it moves a value, or
-// its timeout passes (a null array, as Redis answers).
+// its timeout passes (a null array, as Redis answers). Woken, it waits on
+// while the source is of another type (Redis 7.0 serves a blocked client
+// from a list only); a destination of another type under a source with a
+// value answers WRONGTYPE, as Redis does, and leaves the value there.
 func (cl *client) blockingMove(move [][]byte, timeoutArg []byte) backend.Value {
 	timeout, bad := parseBlockTimeout(timeoutArg)
 	if bad != "" {
 		return backend.ErrorValue(bad)
 	}
 	kc := keycmd.Lookup(move[0])
-	return cl.blockUntil("b"+string(move[0]), move[1:2], timeout, func() (backend.Value, bool) {
+	return cl.blockUntil("b"+string(move[0]), move[1:2], timeout, func(woken bool) (backend.Value, bool) {
 		ctx, cancel := cl.commandCtx()
 		v, err := kc.Exec(ctx, cl.store(), cl.db, move)
 		cancel()
+		if err != nil {
+			v = cl.errorValue(string(move[0]), err)
+		}
 		switch {
-		case err != nil:
-			return cl.errorValue(string(move[0]), err), true
 		case v.Kind == backend.KindBulk:
 			cl.touched(kc, move) // it wrote both lists
 			return v, true
+		case woken && wrongType(v):
+			return v, !cl.srcOfAnotherType(move[1])
 		}
 		return v, v.Kind == backend.KindError
 	})
+}
+
+// srcOfAnotherType reports whether key (a blocked move's source, whose
+// move answered WRONGTYPE) holds something else than a list; false when
+// it is a list (the destination was of another type) or cannot be told.
+func (cl *client) srcOfAnotherType(key []byte) bool {
+	llen := keycmd.Lookup([]byte("llen"))
+	ctx, cancel := cl.commandCtx()
+	v, err := llen.Exec(ctx, cl.store(), cl.db, [][]byte{[]byte("llen"), key})
+	cancel()
+	return backend.IsWrongType(err) || err == nil && wrongType(v)
+}
+
+// wrongType reports whether v is the WRONGTYPE reply.
+func wrongType(v backend.Value) bool {
+	return v.Kind == backend.KindError && string(v.Str) == backend.MsgWrongType
 }
 
 // blockingPop is BLPOP (pop "lpop") and BRPOP (pop "rpop"): [key, value]
@@ -224,7 +270,9 @@ func (cl *client) blockingZPop(args [][]byte, pop string) backend.Value {
 // blockingFirst runs pop on each key of args (KEY … TIMEOUT) in order
 // until one's reply is a hit (got's ok: the client's reply), blocking
 // between rounds until the timeout (blockUntil): BLPOP's and BZPOPMIN's
-// shape.
+// shape. Woken, a key of another type is passed over (Redis 7.0 serves
+// a blocked client from a key of its type only): a write that left one
+// there (MULTI, LPUSH, DEL, SET, EXEC) does not end the wait.
 func (cl *client) blockingFirst(args [][]byte, pop string, got func(k []byte, v backend.Value) (backend.Value, bool)) backend.Value {
 	timeout, bad := parseBlockTimeout(args[len(args)-1])
 	if bad != "" {
@@ -232,16 +280,19 @@ func (cl *client) blockingFirst(args [][]byte, pop string, got func(k []byte, v 
 	}
 	keys := args[1 : len(args)-1]
 	kc := keycmd.Lookup([]byte(pop))
-	return cl.blockUntil("b"+pop, keys, timeout, func() (backend.Value, bool) {
+	return cl.blockUntil("b"+pop, keys, timeout, func(woken bool) (backend.Value, bool) {
 		for _, k := range keys {
 			ctx, cancel := cl.commandCtx()
 			popArgs := [][]byte{[]byte(pop), k}
 			v, err := kc.Exec(ctx, cl.store(), cl.db, popArgs)
 			cancel()
 			if err != nil {
-				return cl.errorValue(pop, err), true
+				v = cl.errorValue(pop, err)
 			}
 			if v.Kind == backend.KindError {
+				if woken && wrongType(v) {
+					continue
+				}
 				return v, true
 			}
 			if reply, ok := got(k, v); ok {
@@ -254,7 +305,7 @@ func (cl *client) blockingFirst(args [][]byte, pop string, got func(k []byte, v 
 }
 
 // blockUntil runs command name's try until it answers (ok), blocked on
-// keys between tries, or until the timeout (0: for ever), CLIENT UNBLOCK
+// keys between tries (woken: not the first), or until the timeout (0: for ever), CLIENT UNBLOCK
 // or the connection's end. Inside MULTI nothing blocks: the reply is what
 // a try that did not answer returned (a null array for BLPOP, LMOVE's nil
 // for BLMOVE, as Redis answers inside a transaction).
@@ -267,8 +318,8 @@ func (cl *client) blockingFirst(args [][]byte, pop string, got func(k []byte, v 
 // that the wait ends, and INFO stops counting it, as soon as the client
 // goes. A client that goes after a try took an element loses it, as it
 // does on Redis.
-func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, try func() (backend.Value, bool)) backend.Value {
-	if v, ok := try(); ok || cl.inMulti || cl.inExec {
+func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, try func(woken bool) (backend.Value, bool)) backend.Value {
+	if v, ok := try(false); ok || cl.inMulti || cl.inExec {
 		return v // inside MULTI nothing blocks: the try's own "nothing"
 	}
 	b, done := cl.s.blockers.block(cl, keys)
@@ -310,7 +361,7 @@ func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, 
 		case unblockError:
 			return backend.ErrorValue("UNBLOCKED client unblocked via CLIENT UNBLOCK")
 		}
-		if v, ok := try(); ok {
+		if v, ok := try(true); ok {
 			return v
 		}
 	}

@@ -41,8 +41,9 @@ type client struct {
 	libVer   string
 	lastCmd  string
 	inMulti  bool
-	inExec   bool // EXEC runs its queue command by command: nothing blocks
-	dirty    bool // a command failed to queue: EXEC aborts
+	inExec   bool       // EXEC runs its queue command by command: nothing blocks
+	execWoke []blockKey // keys written meanwhile, whose blocked clients wake after it
+	dirty    bool       // a command failed to queue: EXEC aborts
 	queue    [][][]byte
 	closeNow bool        // QUIT: close after the reply
 	hungUp   atomic.Bool // the client went away while a command ran (hangUp)
