@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"math"
+	"math/big"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,17 +148,73 @@ func (bs *blockers) unblock(id int64, cause int32) bool {
 // count is INFO's blocked_clients.
 func (bs *blockers) count() int { return int(bs.n.Load()) }
 
-// parseBlockTimeout reads a blocking command's timeout (seconds, a
-// float) as Redis does; zero means for ever.
+// parseBlockTimeout reads a blocking command's timeout as Redis 7.0's
+// getTimeoutFromObjectOrReply does: seconds parsed by strtold (a long
+// double, 64 bits of mantissa on x86-64), times 1000 in that precision,
+// rounded up to whole milliseconds; zero (a timeout under a millisecond
+// below zero included) means for ever. Past what a long long holds Redis's
+// conversion yields its most negative value: "timeout is negative", the
+// infinities too.
 func parseBlockTimeout(arg []byte) (time.Duration, string) {
-	f, err := strconv.ParseFloat(string(arg), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, "ERR timeout is not a float or out of range"
+	const notFloat = "ERR timeout is not a float or out of range"
+	const negative = "ERR timeout is negative"
+	x, ok := parseLongDouble(string(arg))
+	if !ok {
+		return 0, notFloat
 	}
-	if f < 0 {
-		return 0, "ERR timeout is negative"
+	if x.IsInf() {
+		return 0, negative
 	}
-	return time.Duration(f * float64(time.Second)), ""
+	ms := new(big.Float).SetPrec(64).Mul(x, big.NewFloat(1000))
+	i, acc := ms.Int(nil) // toward zero: up for a negative, down for a positive
+	if acc == big.Below {
+		i.Add(i, big.NewInt(1))
+	}
+	switch {
+	case !i.IsInt64():
+		return 0, negative
+	case i.Sign() < 0:
+		return 0, negative
+	case i.Int64() > math.MaxInt64/int64(time.Millisecond):
+		return 0, "" // past what a Duration holds: for ever, as it is on Redis
+	}
+	return time.Duration(i.Int64()) * time.Millisecond, ""
+}
+
+// parseLongDouble parses s as Redis's getLongDoubleFromObject does with
+// strtold: all of s, no leading space, no NaN, not out of range; decimal
+// at 64 bits of mantissa, hexadecimal (with or without a binary
+// exponent) at a double's 53, "inf" and "infinity" in any case.
+func parseLongDouble(s string) (*big.Float, bool) {
+	if s == "" || len(s) >= 5*1024 || strings.ContainsAny(s[:1], " \t\n\v\f\r") || strings.Contains(s, "_") {
+		return nil, false
+	}
+	unsigned := strings.TrimLeft(s[:1], "+-") + s[1:] // one sign at most
+	neg := s[0] == '-'
+	switch u := strings.ToLower(unsigned); {
+	case u == "inf" || u == "infinity":
+		return new(big.Float).SetInf(neg), true
+	case strings.HasPrefix(u, "0x"):
+		if !strings.Contains(u, "p") {
+			s += "p0"
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, false
+		}
+		return new(big.Float).SetPrec(64).SetFloat64(f), true
+	case strings.ContainsAny(u, "pn"): // a binary exponent, NaN, "inf" misspelled
+		return nil, false
+	}
+	x, _, err := big.ParseFloat(s, 10, 64, big.ToNearestEven)
+	if err != nil {
+		return nil, false
+	}
+	// A long double's range: overflow and underflow to zero are errors.
+	if exp := x.MantExp(nil); x.Sign() != 0 && (exp > 16384 || exp < -16444) {
+		return nil, false
+	}
+	return x, true
 }
 
 // blockingPop reports whether name is BLPOP, BRPOP, BLMOVE or BRPOPLPUSH,
