@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,13 +19,22 @@ import (
 // for the libraries that wait on a signal list (python-redis-lock). The
 // pop itself is the backend's LPOP or RPOP; when every key is empty the
 // connection blocks (its later commands wait, as in Redis) until a write
-// of one of its keys wakes it (through this instance, or through another
-// sharing the backend: tracking_remote.go), CLIENT UNBLOCK, or the
-// timeout, or the client's going (it then takes nothing); it also looks
-// again every blockPoll by itself, which covers a wake-up lost between
-// instances. Several clients
-// blocked on one key race for a pushed value: the first pop wins, not
-// necessarily the first blocked (Redis serves them in order).
+// of one of its keys serves it, CLIENT UNBLOCK, the timeout, or the
+// client's going (it then takes nothing).
+//
+// As in Redis, a write serves the clients blocked on its keys before its
+// own reply, key by key, in the order they blocked (serveKey): the first
+// blocked tries its pop, then, if that took something, the next, until
+// one finds nothing. The pop runs on the writer's goroutine, for the
+// blocked client (whose own goroutine waits meanwhile), so a push a
+// blocked client moves on (BLMOVE) serves the next list's clients in
+// turn, and the writer's next command sees the state they left. A write
+// that may not wait for the backend (one started on an event loop, or
+// another instance's, which arrives over the Bus: tracking_remote.go)
+// serves on a goroutine of its own instead, in the same order. A blocked
+// client also serves its keys every blockPoll by itself, which covers a
+// wake-up lost between instances. The order holds on one instance;
+// across instances each serves its own clients, and the first pop wins.
 
 // blockPoll is how often a blocked client looks at its keys without a
 // wake-up.
@@ -32,9 +42,9 @@ const blockPoll = 250 * time.Millisecond
 
 // blockers is the instance's blocked clients, by database and key.
 type blockers struct {
-	n     atomic.Int32 // blocked clients: none, and a write skips the table
+	n     atomic.Int32 // clients waiting (not served, not gone): none, and a write skips the table
 	mu    sync.Mutex
-	byKey map[blockKey]map[*blocked]struct{}
+	byKey map[blockKey][]*blocked // in the order they blocked
 	byID  map[int64]*blocked
 }
 
@@ -43,10 +53,14 @@ type blockKey struct {
 	key string
 }
 
-// blocked is one blocked client's wake-up.
+// blocked is one blocked client: what serves it and its wake-up.
 type blocked struct {
+	cl    *client
+	try   func(woken bool) (backend.Value, bool)
 	wake  chan struct{}
-	cause atomic.Int32 // unblockNone, or how CLIENT UNBLOCK ended it
+	cause atomic.Int32  // unblockNone, or how CLIENT UNBLOCK ended it
+	state atomic.Int32  // blockWaiting, blockServing, blockDone
+	v     backend.Value // what serving it answered (state blockDone by serveKey)
 }
 
 const (
@@ -56,21 +70,99 @@ const (
 	unblockGone // the client went away (client.hangUp)
 )
 
-// woken tells every client blocked on one of keys of db to look again.
-func (bs *blockers) woken(db int, keys [][]byte) {
+// A blocked client's state: waiting; being served (its try runs, on its
+// own goroutine or a writer's); done (served, or left: no try runs again).
+// Whoever moves it to done counts it out of blockers.n.
+const (
+	blockWaiting int32 = iota
+	blockServing
+	blockDone
+)
+
+func (b *blocked) signal() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// woken serves the clients blocked on keys of db after a write of them:
+// at once, on this goroutine (wait), or on a goroutine of its own.
+func (bs *blockers) woken(db int, keys [][]byte, wait bool) {
 	if bs.n.Load() == 0 {
 		return
 	}
+	var ready []blockKey
 	bs.mu.Lock()
-	defer bs.mu.Unlock()
 	for _, k := range keys {
-		for b := range bs.byKey[blockKey{db, string(k)}] {
-			select {
-			case b.wake <- struct{}{}:
-			default:
-			}
+		if bk := (blockKey{db, string(k)}); len(bs.byKey[bk]) > 0 && !slices.Contains(ready, bk) {
+			ready = append(ready, bk)
 		}
 	}
+	bs.mu.Unlock()
+	if len(ready) == 0 {
+		return
+	}
+	if !wait {
+		go bs.serve(ready)
+		return
+	}
+	bs.serve(ready)
+}
+
+func (bs *blockers) serve(ready []blockKey) {
+	for _, bk := range ready {
+		bs.serveKey(bk)
+	}
+}
+
+// serveKey serves the clients blocked on bk in the order they blocked,
+// as Redis's serveClientsBlockedOnListKey does: each one's try, until one
+// takes nothing (the key has nothing more for them). A client that went,
+// or that CLIENT UNBLOCK ended, is passed over: it leaves by itself.
+func (bs *blockers) serveKey(bk blockKey) {
+	for {
+		b := bs.claim(bk)
+		if b == nil {
+			return
+		}
+		v, ok := b.try(true)
+		if !ok {
+			b.state.Store(blockWaiting)
+			b.signal() // one whose timeout came meanwhile leaves now
+			return
+		}
+		b.v = v
+		b.state.Store(blockDone)
+		bs.n.Add(-1)
+		b.signal()
+	}
+}
+
+// claim returns the first client blocked on bk that is waiting, now
+// being served; nil when there is none.
+func (bs *blockers) claim(bk blockKey) *blocked {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, b := range bs.byKey[bk] {
+		if b.cause.Load() != unblockNone || b.cl.hungUp.Load() {
+			continue
+		}
+		if b.state.CompareAndSwap(blockWaiting, blockServing) {
+			return b
+		}
+	}
+	return nil
+}
+
+// leave ends b's wait unless it is being served (false: its serve's
+// signal comes, with a result or without).
+func (bs *blockers) leave(b *blocked) bool {
+	if !b.state.CompareAndSwap(blockWaiting, blockDone) {
+		return false
+	}
+	bs.n.Add(-1)
+	return true
 }
 
 // wakeBlocked wakes the clients blocked on keys of the client's database
@@ -80,7 +172,7 @@ func (bs *blockers) woken(db int, keys [][]byte) {
 // wake them once they have run).
 func (cl *client) wakeBlocked(keys [][]byte) {
 	if !cl.inExec {
-		cl.s.blockers.woken(cl.db, keys)
+		cl.s.blockers.woken(cl.db, keys, cl.alt == nil) // started on a loop: the backend's answers come through it
 		return
 	}
 	for _, k := range keys {
@@ -92,25 +184,24 @@ func (cl *client) wakeBlocked(keys [][]byte) {
 // by command wrote.
 func (cl *client) wakeDeferred() {
 	for _, bk := range cl.execWoke {
-		cl.s.blockers.woken(bk.db, [][]byte{[]byte(bk.key)})
+		cl.s.blockers.woken(bk.db, [][]byte{[]byte(bk.key)}, cl.alt == nil)
 	}
 	cl.execWoke = nil
 }
 
-// block registers cl as blocked on keys and returns its wake-up and what
-// unregisters it.
-func (bs *blockers) block(cl *client, keys [][]byte) (*blocked, func()) {
-	b := &blocked{wake: make(chan struct{}, 1)}
+// block registers cl as blocked on keys, served by try, and returns it
+// and what unregisters it.
+func (bs *blockers) block(cl *client, keys [][]byte, try func(woken bool) (backend.Value, bool)) (*blocked, func()) {
+	b := &blocked{cl: cl, try: try, wake: make(chan struct{}, 1)}
 	bs.mu.Lock()
 	if bs.byKey == nil {
-		bs.byKey, bs.byID = map[blockKey]map[*blocked]struct{}{}, map[int64]*blocked{}
+		bs.byKey, bs.byID = map[blockKey][]*blocked{}, map[int64]*blocked{}
 	}
 	for _, k := range keys {
 		bk := blockKey{cl.db, string(k)}
-		if bs.byKey[bk] == nil {
-			bs.byKey[bk] = map[*blocked]struct{}{}
+		if !slices.Contains(bs.byKey[bk], b) { // BLPOP k k: once
+			bs.byKey[bk] = append(bs.byKey[bk], b)
 		}
-		bs.byKey[bk][b] = struct{}{}
 	}
 	bs.byID[cl.id] = b
 	bs.n.Add(1)
@@ -119,13 +210,14 @@ func (bs *blockers) block(cl *client, keys [][]byte) (*blocked, func()) {
 		bs.mu.Lock()
 		for _, k := range keys {
 			bk := blockKey{cl.db, string(k)}
-			delete(bs.byKey[bk], b)
+			if i := slices.Index(bs.byKey[bk], b); i >= 0 {
+				bs.byKey[bk] = slices.Delete(bs.byKey[bk], i, i+1)
+			}
 			if len(bs.byKey[bk]) == 0 {
 				delete(bs.byKey, bk)
 			}
 		}
 		delete(bs.byID, cl.id)
-		bs.n.Add(-1)
 		bs.mu.Unlock()
 	}
 }
@@ -135,13 +227,10 @@ func (bs *blockers) unblock(id int64, cause int32) bool {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	b := bs.byID[id]
-	if b == nil || !b.cause.CompareAndSwap(unblockNone, cause) {
+	if b == nil || b.state.Load() == blockDone || !b.cause.CompareAndSwap(unblockNone, cause) {
 		return false
 	}
-	select {
-	case b.wake <- struct{}{}:
-	default:
-	}
+	b.signal()
 	return true
 }
 
@@ -380,7 +469,8 @@ func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, 
 	if v, ok := try(false); ok || cl.inMulti || cl.inExec {
 		return v // inside MULTI nothing blocks: the try's own "nothing"
 	}
-	b, done := cl.s.blockers.block(cl, keys)
+	bs := &cl.s.blockers
+	b, done := bs.block(cl, keys, try)
 	defer done()
 	defer cl.watchEnd()()
 	var end <-chan time.Time
@@ -391,39 +481,53 @@ func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, 
 	}
 	poll := time.NewTicker(blockPoll)
 	defer poll.Stop()
+	// leaving makes the reply once the client may leave (not while it is
+	// being served: a serve runs on the client's state).
+	var leaving func() backend.Value
+	ctxDone := cl.ctx.Done()
 	for {
-		if cl.hungUp.Load() { // also when it went before block registered it
-			return cl.gone()
+		// The client's end comes first: nothing is taken for a client
+		// gone (it went before block registered it, or with a wake-up).
+		switch {
+		case cl.hungUp.Load():
+			leaving = cl.gone
+		case leaving != nil:
+		case cl.ctx.Err() != nil:
+			leaving = func() backend.Value { return cl.errorValue(name, context.Canceled) }
+		case b.cause.Load() == unblockTimeout:
+			leaving = nilArray
+		case b.cause.Load() == unblockError:
+			leaving = func() backend.Value { return backend.ErrorValue("UNBLOCKED client unblocked via CLIENT UNBLOCK") }
+		}
+		if leaving != nil {
+			if bs.leave(b) {
+				return leaving()
+			}
+			ctxDone = nil // its serve's signal comes next
+		}
+		if b.state.Load() == blockDone { // served: what was taken is the reply
+			return b.v
 		}
 		select {
 		case <-b.wake:
 		case <-poll.C:
-			if cl.s.drain.Load() {
-				return cl.errorValue(name, context.Canceled) // a drain does not wait for it
+			switch {
+			case leaving != nil:
+			case cl.s.drain.Load():
+				leaving = func() backend.Value { return cl.errorValue(name, context.Canceled) } // a drain does not wait for it
+			default:
+				bs.woken(cl.db, keys, true) // a wake-up lost between instances
 			}
 		case <-end:
-			return backend.Value{Kind: backend.KindNilArray}
-		case <-cl.ctx.Done():
-		}
-		// Each case may be ready with another: the client's end wins over
-		// a wake-up, so that nothing is taken for a client gone.
-		switch {
-		case cl.hungUp.Load():
-			return cl.gone()
-		case cl.ctx.Err() != nil:
-			return cl.errorValue(name, context.Canceled)
-		}
-		switch b.cause.Load() {
-		case unblockTimeout:
-			return backend.Value{Kind: backend.KindNilArray}
-		case unblockError:
-			return backend.ErrorValue("UNBLOCKED client unblocked via CLIENT UNBLOCK")
-		}
-		if v, ok := try(true); ok {
-			return v
+			if leaving == nil {
+				leaving = nilArray
+			}
+		case <-ctxDone:
 		}
 	}
 }
+
+func nilArray() backend.Value { return backend.Value{Kind: backend.KindNilArray} }
 
 // hangUp records that the client went away (its end of stream, or a
 // failure, was read while a command ran) and ends the blocking wait it is

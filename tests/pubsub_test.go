@@ -77,6 +77,7 @@ type psStep struct {
 	closed bool
 	hangup bool   // the client closes the connection
 	state  string // a line INFO clients must come to show, asked on conn
+	now    bool   // … must show at once (asked once)
 	order  psOrder
 }
 
@@ -96,6 +97,10 @@ func psHangup(conn string) psStep { return psStep{conn: conn, hangup: true} }
 // ("blocked_clients:1"): a state change the server makes on its own
 // (a client blocking, or going), which no reply of the scenario shows.
 func psState(conn, line string) psStep { return psStep{conn: conn, state: line} }
+
+// psStateNow is psState asked once: a state the commands before it must
+// have left (Redis serves blocked clients before the reply to the push).
+func psStateNow(conn, line string) psStep { return psStep{conn: conn, state: line, now: true} }
 
 func (s psStep) in(o psOrder) psStep { s.order = o; return s }
 
@@ -560,7 +565,11 @@ func psStepBoth(ref, got map[string]*respConn, st psStep) (w, g []string) {
 		c.c.Close()
 		return nil, nil
 	case st.state != "":
-		return psAwait(r, st.state), psAwait(c, st.state)
+		wait := psWait
+		if st.now {
+			wait = 0
+		}
+		return psAwait(r, st.state, wait), psAwait(c, st.state, wait)
 	}
 	if !st.quiet {
 		w = psDo(r, st)
@@ -627,11 +636,11 @@ func psDrainReset(c *respConn) {
 	}
 }
 
-// psAwait asks INFO clients on c until it shows line, for up to psWait:
+// psAwait asks INFO clients on c until it shows line, for up to wait:
 // [line], or a pseudo-frame with the field's last value.
-func psAwait(c *respConn, line string) []string {
+func psAwait(c *respConn, line string, wait time.Duration) []string {
 	field, _, _ := strings.Cut(line, ":")
-	for deadline := time.Now().Add(psWait); ; {
+	for deadline := time.Now().Add(wait); ; {
 		info, err := c.do("INFO", "clients")
 		if err != nil {
 			return []string{psFailure(err)}
@@ -644,7 +653,7 @@ func psAwait(c *respConn, line string) []string {
 			if _, rest, ok := strings.Cut(info, "\r\n"+field+":"); ok {
 				last, _, _ = strings.Cut(rest, "\r\n")
 			}
-			return []string{fmt.Sprintf("(INFO clients shows %s:%s, not %s, after %v)", field, last, line, psWait)}
+			return []string{fmt.Sprintf("(INFO clients shows %s:%s, not %s, after %v)", field, last, line, wait)}
 		}
 		time.Sleep(5 * time.Millisecond) // polling a state the server changes on its own
 	}
