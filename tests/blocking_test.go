@@ -481,3 +481,51 @@ func TestBlockingPopsTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestBlockingPopsAcrossInstances: clients blocked on instance A are
+// served, in the order they blocked, by pushes through instance B sharing
+// the backend (the Bus carries the write; A serves after B's reply), and
+// one that went away takes nothing.
+func TestBlockingPopsAcrossInstances(t *testing.T) {
+	t.Parallel()
+	redis := testsrv.StartRedis(t)
+	scenarios := []psScenario{
+		{name: "fifo", conns: []psConn{{"a", instA}, {"c", instA}, {"d", instA}, {"b", instB}, {"i", instA}},
+			steps: []psStep{
+				bpClean("b", "bp:x"),
+				psSend("a", 0, "BLPOP", "bp:x", "0"),
+				psState("i", "blocked_clients:1"),
+				psSend("c", 0, "BLPOP", "bp:x", "0"),
+				psState("i", "blocked_clients:2"),
+				psSend("d", 0, "BLPOP", "bp:x", "0"),
+				psState("i", "blocked_clients:3"),
+				psSend("b", 1, "RPUSH", "bp:x", "1"),
+				psRecv("a", 1),
+				psSend("b", 1, "RPUSH", "bp:x", "2", "3"),
+				psRecv("c", 1),
+				psRecv("d", 1),
+			}},
+		{name: "gone-waiter", conns: []psConn{{"a", instA}, {"c", instA}, {"b", instB}, {"i", instA}},
+			steps: []psStep{
+				bpClean("b", "bp:y"),
+				psSend("a", 0, "BRPOP", "bp:y", "0"),
+				psState("i", "blocked_clients:1"),
+				psSend("c", 0, "BRPOP", "bp:y", "0"),
+				psState("i", "blocked_clients:2"),
+				psHangup("a"),
+				psState("i", "blocked_clients:1"),
+				psSend("b", 1, "RPUSH", "bp:y", "job"),
+				psRecv("c", 1),
+				psSend("b", 1, "LLEN", "bp:y"),
+			}},
+	}
+	for _, kind := range sharedKinds {
+		t.Run(kind, func(t *testing.T) {
+			a, b := twoInstances(t, kind)
+			target := pubsubTarget{name: kind, addrs: [2]string{a, b}}
+			for _, sc := range scenarios {
+				t.Run(sc.name, func(t *testing.T) { psRun(t, redis.Addr, target, 2, sc) })
+			}
+		})
+	}
+}
