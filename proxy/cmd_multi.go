@@ -61,6 +61,7 @@ func cmdExec(cl *client, args [][]byte) backend.Value {
 			out = append(out, cl.command(c))
 		}
 		cl.inExec = false
+		cl.wakeDeferred() // the blocked clients see the transaction's end state
 		return backend.Array(out...)
 	}
 	v := cl.eval("exec", execScript, keys, argv, false)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -40,10 +41,12 @@ type client struct {
 	libVer   string
 	lastCmd  string
 	inMulti  bool
-	inExec   bool // EXEC runs its queue command by command: nothing blocks
-	dirty    bool // a command failed to queue: EXEC aborts
+	inExec   bool       // EXEC runs its queue command by command: nothing blocks
+	execWoke []blockKey // keys written meanwhile, whose blocked clients wake after it
+	dirty    bool       // a command failed to queue: EXEC aborts
 	queue    [][][]byte
-	closeNow bool // QUIT: close after the reply
+	closeNow bool        // QUIT: close after the reply
+	hungUp   atomic.Bool // the client went away while a command ran (hangUp)
 	reply    replyMode
 	subs     subs   // pub/sub subscriptions (pubsub.go)
 	out      outbox // messages waiting for the front end to write them

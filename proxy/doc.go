@@ -38,10 +38,12 @@
 //     spurious one is possible, a missed one is not (expiry aside:
 //     docs/pubsub.md).
 //   - BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN|MAX (blocking.go) block
-//     their connection, never a loop, until a write of their keys wakes
-//     them (here, or another instance's by the same way as
-//     invalidations), CLIENT UNBLOCK, the timeout, or their own look
-//     every 250 ms.
+//     their connection, never a loop, until a write of their keys serves
+//     them (here: before the write's reply, in the order they blocked;
+//     another instance's, by the same way as invalidations, after it),
+//     CLIENT UNBLOCK, the timeout, or their own look every 250 ms; a
+//     client that goes away while blocked stops waiting at once and
+//     takes nothing.
 //   - A panic while serving a command answers "-ERR internal error", is
 //     logged with its stack, and closes that connection only.
 //   - The admin port (Admin, admin.go): /metrics, /healthz, /readyz open;

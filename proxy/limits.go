@@ -42,7 +42,8 @@ var errLimit = errors.New("proxy: request over a limit")
 // deadline of idle from now (redcon's own SetIdleClose would overwrite the
 // deadline wake sets to drain the connection).
 //
-// Only the connection's own goroutine uses a limitConn, except wake.
+// Only the connection's own goroutine uses a limitConn, except wake and
+// the reader watchEnd starts while that goroutine waits for it.
 type limitConn struct {
 	net.Conn
 	f      framing
@@ -133,6 +134,50 @@ func (c *limitConn) read(p []byte) (int, error) {
 	}
 	return c.Conn.Read(p)
 }
+
+// watchEnd reads the connection while its goroutine waits in a blocking
+// command (blocking.go), as Redis reads a blocked client: the bytes the
+// client sends meanwhile are kept for redcon (held, scanned by the next
+// Read), up to maxWatchBytes (past them TCP holds the client back), and
+// the end of the stream or a failure calls gone. stop ends the watch and
+// returns once the read is over. A timeout is not an end: stop and wake
+// both end the read through the deadline.
+func (c *limitConn) watchEnd(gone func()) (stop func()) {
+	c.Conn.SetReadDeadline(time.Time{}) // a blocked client is not idle
+	if c.woken.Load() {                 // as in Read: wake's deadline wins
+		c.Conn.SetReadDeadline(time.Now())
+		return func() {}
+	}
+	var got []byte
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for len(got) < maxWatchBytes(c.f.max) {
+			n, err := c.Conn.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
+					gone()
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		c.Conn.SetReadDeadline(time.Now())
+		<-done
+		c.held = append(c.held, got...)
+		c.Conn.SetReadDeadline(time.Time{})
+		if c.woken.Load() { // wake ran meanwhile: its deadline must win
+			c.Conn.SetReadDeadline(time.Now())
+		}
+	}
+}
+
+// maxWatchBytes bounds what watchEnd keeps: room for one command of max
+// bytes and as much again, as the event loops hold (maxQueryBytes).
+func maxWatchBytes(max int64) int { return int(2 * max) }
 
 // framing states.
 const (

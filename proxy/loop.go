@@ -96,6 +96,7 @@ func (h *loopHandler) OnClose(c gnet.Conn, err error) gnet.Action {
 		return gnet.None
 	}
 	lc := c.Context().(*loopConn)
+	lc.cl.hangUp() // a blocked command ends at once, taking nothing (blocking.go)
 	if lc.busy && lc.detach(c, err) {
 		return gnet.None // a goroutine finishes the half-closed connection
 	}

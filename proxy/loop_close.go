@@ -40,7 +40,11 @@ import (
 //     answers such a client too (it runs the commands it read before the
 //     end of stream). Like redis-server, a half-closed client whose
 //     earlier replies are still unsent when the end of stream is read
-//     loses them; the goroutine front end would deliver them.
+//     loses them; the goroutine front end would deliver them. A blocking
+//     pop still waiting when the end of stream comes is the exception, on
+//     both front ends: it ends at once, taking nothing, and the connection
+//     closes without its reply or the commands after it, as redis-server
+//     frees a blocked client whose end of stream it reads (blocking.go).
 //   - gnet cannot stop reading a connection, so what a client sends while
 //     a command runs off the loop is held up to twice MaxRequestBytes;
 //     past that the client is closed and the server logs "closing client

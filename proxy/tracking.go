@@ -387,7 +387,7 @@ func (cl *client) touched(kc *keycmd.Command, args [][]byte) {
 		if tracking {
 			tr.invalidate(keys, cl)
 		}
-		bs.woken(cl.db, keys)
+		cl.wakeBlocked(keys)
 		if remote {
 			rm.wrote(cl.db, keys)
 		}
@@ -441,7 +441,7 @@ func (cl *client) touchedScript(keys []string, ro bool, pre [][]byte) {
 		bk[i] = []byte(k)
 	}
 	if !ro {
-		bs.woken(cl.db, bk)
+		cl.wakeBlocked(bk)
 		if remote {
 			rm.wrote(cl.db, bk)
 		}

@@ -21,7 +21,8 @@ import (
 // A" tests delivery between instances; a single instance is both.
 type pubsubTarget struct {
 	name  string
-	addrs [2]string // instance A, instance B
+	addrs [2]string                                 // instance A, instance B
+	dial  func(t testing.TB, addr string) *respConn // nil: dialRESP (plain TCP)
 }
 
 // pubsubTargets starts the deployments TestPubSub checks. Add one here:
@@ -65,14 +66,18 @@ const (
 )
 
 // psStep is one step on one connection: a command sent and its frames
-// read, frames pushed unasked read, no frame within psQuiet, or the server
-// closing the connection.
+// read, frames pushed unasked read, no frame within psQuiet, the server
+// closing the connection, the client closing it, or a state the server
+// must come to.
 type psStep struct {
 	conn   string
 	args   []string // the command; nil reads pushed frames
 	frames int
 	quiet  bool
 	closed bool
+	hangup bool   // the client closes the connection
+	state  string // a line INFO clients must come to show, asked on conn
+	now    bool   // … must show at once (asked once)
 	order  psOrder
 }
 
@@ -85,6 +90,17 @@ func psRecv(conn string, frames int) psStep { return psStep{conn: conn, frames: 
 func psNone(conn string) psStep { return psStep{conn: conn, quiet: true} }
 
 func psClosed(conn string) psStep { return psStep{conn: conn, closed: true} }
+
+func psHangup(conn string) psStep { return psStep{conn: conn, hangup: true} }
+
+// psState waits until INFO clients, asked on conn, shows line
+// ("blocked_clients:1"): a state change the server makes on its own
+// (a client blocking, or going), which no reply of the scenario shows.
+func psState(conn, line string) psStep { return psStep{conn: conn, state: line} }
+
+// psStateNow is psState asked once: a state the commands before it must
+// have left (Redis serves blocked clients before the reply to the push).
+func psStateNow(conn, line string) psStep { return psStep{conn: conn, state: line, now: true} }
 
 func (s psStep) in(o psOrder) psStep { s.order = o; return s }
 
@@ -489,8 +505,8 @@ func psRun(t *testing.T, redisAddr string, target pubsubTarget, proto int, sc ps
 			t.Fatalf("a step uses connection %q, which the scenario does not declare", st.conn)
 		}
 	}
-	ref := psOpen(t, "redis", [2]string{redisAddr, redisAddr}, proto, sc.conns)
-	got := psOpen(t, target.name, target.addrs, proto, sc.conns)
+	ref := psOpen(t, pubsubTarget{name: "redis", addrs: [2]string{redisAddr, redisAddr}}, proto, sc.conns)
+	got := psOpen(t, target, proto, sc.conns)
 	if ref == nil || got == nil {
 		return
 	}
@@ -519,7 +535,7 @@ func psRun(t *testing.T, redisAddr string, target pubsubTarget, proto int, sc ps
 			t.Fatalf("step %d on %s: %s: redis-server answered %q: %s; the scenario is wrong",
 				i+1, st.conn, psShowStep(st), w, err)
 		}
-		if st.closed {
+		if st.closed || st.hangup {
 			closed[st.conn] = true
 		}
 		if msg := psDiff(st, w, g, target.name); msg != "" {
@@ -529,14 +545,20 @@ func psRun(t *testing.T, redisAddr string, target pubsubTarget, proto int, sc ps
 	}
 }
 
-// psOpen dials a scenario's connections to one deployment, on addrs (A
-// and B); for RESP3 each sends HELLO 3 first. It fails the test and
+// psOpen dials a scenario's connections to one deployment, on its addrs
+// (A and B); for RESP3 each sends HELLO 3 first. It fails the test and
 // returns nil when a HELLO 3 is not answered with a map.
-func psOpen(t *testing.T, name string, addrs [2]string, proto int, conns []psConn) map[string]*respConn {
+func psOpen(t *testing.T, target pubsubTarget, proto int, conns []psConn) map[string]*respConn {
 	t.Helper()
+	name := target.name
 	s := map[string]*respConn{}
 	for _, c := range conns {
-		rc := dialRESP(t, addrs[c.on])
+		var rc *respConn
+		if target.dial != nil {
+			rc = target.dial(t, target.addrs[c.on])
+		} else {
+			rc = dialRESP(t, target.addrs[c.on])
+		}
 		if proto == 3 {
 			// Not compared: the map names the server's version and the
 			// connection's ID.
@@ -554,6 +576,18 @@ func psOpen(t *testing.T, name string, addrs [2]string, proto int, conns []psCon
 // deadlines are set before either side is read.
 func psStepBoth(ref, got map[string]*respConn, st psStep) (w, g []string) {
 	r, c := ref[st.conn], got[st.conn]
+	switch {
+	case st.hangup:
+		r.c.Close()
+		c.c.Close()
+		return nil, nil
+	case st.state != "":
+		wait := psWait
+		if st.now {
+			wait = 0
+		}
+		return psAwait(r, st.state, wait), psAwait(c, st.state, wait)
+	}
 	if !st.quiet {
 		w = psDo(r, st)
 		return w, psDoLike(c, st, w)
@@ -619,6 +653,29 @@ func psDrainReset(c *respConn) {
 	}
 }
 
+// psAwait asks INFO clients on c until it shows line, for up to wait:
+// [line], or a pseudo-frame with the field's last value.
+func psAwait(c *respConn, line string, wait time.Duration) []string {
+	field, _, _ := strings.Cut(line, ":")
+	for deadline := time.Now().Add(wait); ; {
+		info, err := c.do("INFO", "clients")
+		if err != nil {
+			return []string{psFailure(err)}
+		}
+		if strings.Contains(info, "\r\n"+line+"\r\n") {
+			return []string{line}
+		}
+		if time.Now().After(deadline) {
+			last := "(none)"
+			if _, rest, ok := strings.Cut(info, "\r\n"+field+":"); ok {
+				last, _, _ = strings.Cut(rest, "\r\n")
+			}
+			return []string{fmt.Sprintf("(INFO clients shows %s:%s, not %s, after %v)", field, last, line, wait)}
+		}
+		time.Sleep(5 * time.Millisecond) // polling a state the server changes on its own
+	}
+}
+
 // psQuietRead reads what c receives before its deadline: psNothing, or
 // the frame that came.
 func psQuietRead(c *respConn) []string {
@@ -653,6 +710,11 @@ func psExpected(st psStep, w []string) string {
 	case st.closed:
 		if !slices.Equal(w, []string{psEOF}) {
 			return "the connection stayed open"
+		}
+	case st.hangup:
+	case st.state != "":
+		if !slices.Equal(w, []string{st.state}) {
+			return "the state never came"
 		}
 	case slices.Equal(st.args, []string{"RESET"}) && !slices.Equal(w, []string{"+RESET\r\n"}):
 		// RESET's reply is the one frame whose place is certain: anything
@@ -769,6 +831,10 @@ func psShowStep(st psStep) string {
 		return fmt.Sprintf("no frame within %v", psQuiet)
 	case st.closed:
 		return "the server closes the connection"
+	case st.hangup:
+		return "the client closes the connection"
+	case st.state != "":
+		return "INFO clients comes to show " + st.state
 	case st.args == nil:
 		return fmt.Sprintf("%d pushed frame(s)", st.frames)
 	}
