@@ -31,9 +31,16 @@ type Caller interface {
 type Config struct {
 	// TimeLimit bounds one script's run time. default: 5s
 	TimeLimit time.Duration
+	// MemoryLimit bounds the memory one script holds, in bytes (budget.go:
+	// how it is checked, and by how much a script can pass it before it
+	// is stopped). default: 64 MiB
+	MemoryLimit int64
 	// Logger receives redis.log lines. default: discard
 	Logger *slog.Logger
 }
+
+// DefaultMemoryLimit is Config.MemoryLimit's default.
+const DefaultMemoryLimit = 64 << 20
 
 // Runner runs scripts. It is safe for concurrent use.
 type Runner struct {
@@ -65,6 +72,9 @@ const maxCompiled = 4096
 func New(cfg Config) *Runner {
 	if cfg.TimeLimit <= 0 {
 		cfg.TimeLimit = 5 * time.Second
+	}
+	if cfg.MemoryLimit <= 0 {
+		cfg.MemoryLimit = DefaultMemoryLimit
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -192,7 +202,10 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	}
 	runCtx, cancel := context.WithTimeout(ctx, r.cfg.TimeLimit)
 	defer cancel()
+	startClock()
+	v.budget = r.cfg.MemoryLimit
 	out, err, reusable := v.run(runCtx, cancel, p.proto, s.SHA1, keys, args, c)
+	stopped := v.stopped
 	if v.panicked != nil {
 		v.L.Close()
 		panic(v.panicked)
@@ -201,6 +214,13 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 		r.pool.Put(v)
 	} else {
 		v.L.Close()
+	}
+	if stopped != nil {
+		freeMemory()
+		return backend.Value{}, &backend.ReplyError{
+			Reply: "ERR Script killed by lockproxy: it used more memory than the script memory limit (" + memoryText(r.cfg.MemoryLimit) + ")",
+			Err:   stopped,
+		}
 	}
 	if err == nil || runCtx.Err() == nil {
 		return out, err

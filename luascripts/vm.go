@@ -39,6 +39,14 @@ type vm struct {
 	line   int   // where the innermost Lua function was when an error escaped
 	// panicked is what a Caller panicked with; Run panics with it again.
 	panicked any
+
+	// the memory budget (budget.go)
+	budget    int64  // bytes; 0: none
+	stopped   error  // why the runner stopped the script (errMemory), nil if it did not
+	watched   bool   // the run lasted past a tick and counts in clock.running
+	heapStart uint64 // the heap when it started to count
+	heapNext  uint64 // the heap at which the next check collects
+	w         watch  // the context the state runs under
 }
 
 // unsafeGlobals are the base functions Redis's sandbox lacks or that would
@@ -79,10 +87,17 @@ func newVM(log *slog.Logger) *vm {
 		v.globals.RawSetString(name, L.NewFunction(fn))
 	}
 	v.globals.RawSetString("redis", v.redisLib())
+	v.globals.RawSetString(concatName, L.NewFunction(func(L *lua.LState) int { // assign.go's splitConcat
+		L.Push(L.Get(1))
+		return 1
+	}))
 	tbl := v.globals.RawGetString("table").(*lua.LTable)
 	for _, name := range []string{"insert", "remove", "sort"} {
 		tbl.RawSetString(name, v.guard(name, tbl.RawGetString(name)))
 	}
+	tbl.RawSetString("concat", v.tableConcat(tbl.RawGetString("concat")))
+	str := v.globals.RawGetString("string").(*lua.LTable)
+	str.RawSetString("rep", v.strRep(str.RawGetString("rep")))
 	v.locked = v.readOnly(L.NewTable())
 	for _, name := range []string{"string", "table", "math", "redis"} {
 		v.globals.RawSetString(name, v.readOnly(v.globals.RawGetString(name)))
@@ -175,8 +190,11 @@ func (v *vm) getMetatable(L *lua.LState) int {
 // run runs one script. reusable reports whether the state may serve
 // another run (not after a timeout, a cancellation or an abort).
 func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.FunctionProto, sha string, keys []string, args [][]byte, c Caller) (out backend.Value, err error, reusable bool) {
-	v.ctx, v.cancel, v.caller, v.resp, v.abort, v.line, v.panicked = ctx, cancel, c, 2, nil, 0, nil
-	defer func() { v.ctx, v.cancel, v.caller = nil, nil, nil }()
+	v.ctx, v.cancel, v.caller, v.resp, v.abort, v.line, v.panicked, v.stopped = ctx, cancel, c, 2, nil, 0, nil, nil
+	defer func() {
+		v.endWatch()
+		v.ctx, v.cancel, v.caller, v.w = nil, nil, nil, watch{}
+	}()
 
 	L := v.L
 	kt := L.CreateTable(len(keys), 0)
@@ -192,7 +210,7 @@ func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.Function
 
 	fn := L.NewFunctionFromProto(p)
 	fn.Env = v.env
-	L.SetContext(ctx)
+	L.SetContext(v.watchRun(ctx))
 	L.Push(fn)
 	err = L.PCall(0, 1, v.onError)
 	L.RemoveContext()

@@ -1,0 +1,84 @@
+package luascripts
+
+import (
+	"errors"
+	"runtime/metrics"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/backend"
+)
+
+// allocated is what the process allocated so far (bytes).
+func allocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// TestMemoryLimit runs scripts that build more than their memory budget
+// in each way a script can: each is stopped with the memory error, soon
+// (far before the time limit), having allocated a few budgets at most.
+func TestMemoryLimit(t *testing.T) {
+	const limit = 16 << 20
+	r := New(Config{TimeLimit: 20 * time.Second, MemoryLimit: limit})
+	const want = "ERR Script killed by lockproxy: it used more memory than the script memory limit (16 MiB)"
+	for _, tc := range []struct{ name, src string }{
+		{"doubling", "local s = 'x' for i = 1, 28 do s = s .. s end return #s"},
+		{"doubling under pcall", "local s = 'x' for i = 1, 28 do pcall(function() s = s .. s end) end return #s"},
+		{"table of numbers", "local t = {} for i = 1, 2e7 do t[i] = i end return #t"},
+		{"table of strings", "local t = {} for i = 1, 1e7 do t[i] = 'value number ' .. i end return #t"},
+		{"string.rep", "return #string.rep('x', 2^28)"},
+		{"string.rep under pcall", "local ok = pcall(string.rep, 'abc', 2^27) return #string.rep('x', 2^28)"},
+		{"table.concat", "local t = {} for i = 1, 64 do t[i] = string.rep('x', 8e6) end return #table.concat(t)"},
+		{"long chain", "local s = string.rep('x', 12e6) return #(s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s)"},
+		{"redis.call argument", "local s = string.rep('x', 12e6) return redis.call('echo', s..'-'..s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, start := allocated(), time.Now()
+			_, err := run(t, r, tc.src, nil)
+			took, grew := time.Since(start), allocated()-before
+			var re *backend.ReplyError
+			if !errors.As(err, &re) || re.Reply != want {
+				t.Fatalf("Run = %v; want %q", err, want)
+			}
+			if took > 5*time.Second {
+				t.Errorf("stopped after %v; want it stopped soon after it passed the budget", took)
+			}
+			if grew > 16*limit {
+				t.Errorf("the script allocated %d MiB; want a few times its budget at most", grew>>20)
+			}
+		})
+	}
+	// A script that builds and drops much more than its budget, but never
+	// holds it, runs to its end; and the runner serves on.
+	if got, err := run(t, r, "local n = 0 for i = 1, 3e5 do local s = string.rep('x', 1000) .. i n = n + #s end return n", nil); err != nil || got.Int < 3e8 {
+		t.Fatalf("garbage only: %v, %v; want the script to finish", got, err)
+	}
+	if got, err := run(t, r, "return 1", nil); err != nil || got.Int != 1 {
+		t.Fatalf("after the stops: %v, %v", got, err)
+	}
+}
+
+// TestSplitConcat checks that long `..` chains keep their value and their
+// errors once split (assign.go's splitConcat).
+func TestSplitConcat(t *testing.T) {
+	r := New(Config{})
+	for src, want := range map[string]string{
+		"return 'a'..'b'..'c'..'d'..'e'..'f'..'g'..'h'..'i'..1":                                                    `"abcdefghi1"`,
+		"local t = setmetatable({}, {__concat = function(a, b) return 'T' end}) return 'a'..'b'..'c'..'d'..t..'e'": `"abcdT"`,
+		"return ('a'..'b')..('c'..'d'..'e'..'f'..'g')..'h'":                                                        `"abcdefgh"`,
+		"return rawget(_G, '(concat)') == nil":                                                                     `:1`,
+	} {
+		got, err := run(t, r, src, nil)
+		if err != nil || got.String() != want {
+			t.Errorf("Run(%q) = %s, %v; want %s", src, got, err, want)
+		}
+	}
+	src := "local x return 'a'..'b'..'c'..'d'..'e'..x"
+	_, err := run(t, r, src, nil)
+	var re *backend.ReplyError
+	if !errors.As(err, &re) || re.Reply != "ERR user_script:1: attempt to concatenate a nil value script: "+SHA1(src)+", on @user_script:1." {
+		t.Errorf("concatenating nil in a long chain: %v", err)
+	}
+}

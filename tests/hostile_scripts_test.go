@@ -1,0 +1,175 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+)
+
+// Hostile scripts (issue 40) against the real binary: each is stopped
+// with an error, leaves the process alive and its memory near where it
+// was, and never delays a canary client that takes and releases a lock
+// beside it by more than the script time limit and a second.
+
+// scriptLimit is the --script-time-limit of these tests.
+const scriptLimit = 500 * time.Millisecond
+
+// canary takes and releases a lock in a loop on its own connection until
+// stop is called, which returns the longest operation it saw and the
+// first error it got.
+func canary(t *testing.T, addr string) (stop func() (time.Duration, error)) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		worst time.Duration
+		first error
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for i := 0; ctx.Err() == nil; i++ {
+			tok := strconv.Itoa(i)
+			for _, op := range []func() error{
+				func() error {
+					ok, err := c.SetNX(ctx, "canary:lock", tok, 10*time.Second).Result()
+					if err == nil && !ok {
+						err = fmt.Errorf("SET NX of a released lock answered nil")
+					}
+					return err
+				},
+				func() error {
+					n, err := c.Eval(ctx, `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`, []string{"canary:lock"}, tok).Int()
+					if err == nil && n != 1 {
+						err = fmt.Errorf("release answered %d", n)
+					}
+					return err
+				},
+			} {
+				start := time.Now()
+				err := op()
+				if ctx.Err() != nil {
+					return
+				}
+				worst = max(worst, time.Since(start))
+				if err != nil && first == nil {
+					first = err
+				}
+			}
+		}
+	}()
+	return func() (time.Duration, error) {
+		cancel()
+		<-done
+		c.Close()
+		return worst, first
+	}
+}
+
+// rss is the resident memory of process pid, in bytes.
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// hostile is one attack: a script, its keys, and the start of the error
+// it must end with.
+type hostile struct {
+	name, src string
+	keys      []string
+	want      string
+}
+
+// attack runs each of attacks against lp beside a canary: each ends with
+// its error within the time limit and a second, the canary is never
+// delayed beyond that nor gets an error, and the process's resident
+// memory comes back within 64 MiB of where it was before the attacks
+// within 10 s.
+func attack(t *testing.T, lp *testsrv.Binary, attacks []hostile) {
+	t.Helper()
+	ctx := t.Context()
+	c := redis.NewClient(&redis.Options{Addr: lp.Addr, PoolSize: 1, MaxRetries: -1, ReadTimeout: 60 * time.Second})
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	base := rss(t, lp.Pid())
+	stop := canary(t, lp.Addr)
+	bound := scriptLimit + time.Second
+	for _, a := range attacks {
+		start := time.Now()
+		err := c.Eval(ctx, a.src, a.keys).Err()
+		took := time.Since(start)
+		if err == nil || !strings.HasPrefix(err.Error(), a.want) {
+			t.Errorf("%s: %v; want %q…", a.name, err, a.want)
+		}
+		if took > bound {
+			t.Errorf("%s: answered after %v; want within %v", a.name, took, bound)
+		}
+		t.Logf("%s: %v after %v, RSS %d MiB", a.name, err, took.Round(time.Millisecond), rss(t, lp.Pid())>>20)
+	}
+	worst, err := stop()
+	if err != nil {
+		t.Errorf("the canary got an error: %v", err)
+	}
+	if worst > bound {
+		t.Errorf("the canary waited %v; want at most %v", worst, bound)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		now := rss(t, lp.Pid())
+		if now <= base+64<<20 {
+			t.Logf("RSS %d MiB before the attacks, %d MiB after; canary's worst %v", base>>20, now>>20, worst.Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("RSS %d MiB 10 s after the attacks; it was %d MiB before", now>>20, base>>20)
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling a state with a deadline
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("after the attacks: %v", err)
+	}
+}
+
+const errMemory = "ERR Script killed by lockproxy: it used more memory than the script memory limit (64 MiB)"
+
+// memoryAttacks build more than a script's memory budget.
+var memoryAttacks = []hostile{
+	{"doubling", "local s='x' for i=1,40 do s=s..s end return #s", nil, errMemory},
+	{"doubling again", "local s='x' for i=1,40 do s=s..s end return #s", nil, errMemory},
+	{"table", "local t={} for i=1,1e9 do t[i]='v'..i end return #t", nil, "ERR Script killed by lockproxy: "}, // memory or time, whichever comes first
+	{"string.rep", "return #string.rep('x', 2^30)", nil, errMemory},
+	{"SET of a huge value", "return redis.call('SET', KEYS[1], string.rep('x', 2^28))", []string{"hostile:big"}, errMemory},
+	{"doubling a third time", "local s='x' for i=1,40 do s=s..s end return #s", nil, errMemory},
+}
+
+// TestHostileScriptMemory is issue 40's item 1 on the memory backend.
+func TestHostileScriptMemory(t *testing.T) {
+	t.Parallel()
+	lp := testsrv.StartBinary(t, testsrv.BuildLockproxy(t), "--script-time-limit", scriptLimit.String())
+	attack(t, lp, memoryAttacks)
+}
