@@ -27,7 +27,7 @@ func TestMemoryLimit(t *testing.T) {
 		{"doubling", "local s = 'x' for i = 1, 28 do s = s .. s end return #s"},
 		{"doubling under pcall", "local s = 'x' for i = 1, 28 do pcall(function() s = s .. s end) end return #s"},
 		{"table of numbers", "local t = {} for i = 1, 2e7 do t[i] = i end return #t"},
-		{"table of strings", "local t = {} for i = 1, 1e7 do t[i] = 'value number ' .. i end return #t"},
+		{"table of strings", "local t = {} for i = 1, 1e7 do t[i] = string.rep('v', 1000) .. i end return #t"},
 		{"string.rep", "return #string.rep('x', 2^28)"},
 		{"string.rep under pcall", "local ok = pcall(string.rep, 'abc', 2^27) return #string.rep('x', 2^28)"},
 		{"table.concat", "local t = {} for i = 1, 64 do t[i] = string.rep('x', 8e6) end return #table.concat(t)"},
@@ -80,5 +80,29 @@ func TestSplitConcat(t *testing.T) {
 	var re *backend.ReplyError
 	if !errors.As(err, &re) || re.Reply != "ERR user_script:1: attempt to concatenate a nil value script: "+SHA1(src)+", on @user_script:1." {
 		t.Errorf("concatenating nil in a long chain: %v", err)
+	}
+}
+
+// TestDeepRecursionAtOnce checks that a runaway recursion ends with
+// Lua's "stack overflow" at once (TestDifferentialRedis holds the texts
+// against Redis): it used to take gopher-lua seconds under pcall, which
+// built a stack trace the square of the depth long, while the script
+// held what it ran under.
+func TestDeepRecursionAtOnce(t *testing.T) {
+	r := New(Config{TimeLimit: 20 * time.Second})
+	for src, want := range map[string]string{
+		"local function f(n) return 1+f(n+1) end local ok,e=pcall(f,1) return tostring(e)":                                        `"user_script:1: stack overflow"`,
+		"local function f(n) return 1+f(n+1) end local n = 0 for i = 1, 10 do if not pcall(f, 1) then n = n + 1 end end return n": ":10",
+		"local function f(...) return 1+f(1, ...) end local ok,e=pcall(f,1) return e":                                             `"user_script:1: stack overflow"`,
+		"local function f(n) local ok, e = pcall(f, n+1) if not ok then return e end return e end return f(1)":                    `"C stack overflow"`,
+	} {
+		start := time.Now()
+		got, err := run(t, r, src, nil)
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("Run(%q) took %v; want it at once", src, took)
+		}
+		if err != nil || got.String() != want {
+			t.Errorf("Run(%q) = %s, %v; want %s", src, got, err, want)
+		}
 	}
 }

@@ -39,6 +39,7 @@ type vm struct {
 	line   int   // where the innermost Lua function was when an error escaped
 	// panicked is what a Caller panicked with; Run panics with it again.
 	panicked any
+	cCalls   int // the calls from C under way, as Lua 5.1 counts them for pcall
 
 	// the memory budget (budget.go)
 	budget    int64  // bytes; 0: none
@@ -67,8 +68,8 @@ func newVM(log *slog.Logger) *vm {
 		CallStackSize:       maxCalls,
 		RegistrySize:        1024,
 		RegistryMaxSize:     maxRegistry,
-		RegistryGrowStep:    4096, // it grows linearly: small steps cost the square of deep recursion
-		MinimizeStackMemory: true, // both stacks start small and grow
+		RegistryGrowStep:    1 << 16, // it grows linearly: small steps cost the square of deep recursion
+		MinimizeStackMemory: true,    // both stacks start small and grow
 	})
 	for _, lib := range []struct {
 		name string
@@ -82,7 +83,7 @@ func newVM(log *slog.Logger) *vm {
 	for _, name := range unsafeGlobals {
 		v.globals.RawSetString(name, lua.LNil)
 	}
-	for name, fn := range map[string]lua.LGFunction{"pcall": pcall, "error": luaError, "tostring": luaToString,
+	for name, fn := range map[string]lua.LGFunction{"pcall": v.pcall, "error": luaError, "tostring": luaToString,
 		"collectgarbage": noGC, "gcinfo": noGC} {
 		v.globals.RawSetString(name, L.NewFunction(fn))
 	}
@@ -191,6 +192,7 @@ func (v *vm) getMetatable(L *lua.LState) int {
 // another run (not after a timeout, a cancellation or an abort).
 func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.FunctionProto, sha string, keys []string, args [][]byte, c Caller) (out backend.Value, err error, reusable bool) {
 	v.ctx, v.cancel, v.caller, v.resp, v.abort, v.line, v.panicked, v.stopped = ctx, cancel, c, 2, nil, 0, nil, nil
+	v.cCalls = 1 // the call of the script
 	defer func() {
 		v.endWatch()
 		v.ctx, v.cancel, v.caller, v.w = nil, nil, nil, watch{}
