@@ -1,6 +1,7 @@
 package luascripts
 
 import (
+	"context"
 	"errors"
 	"runtime/metrics"
 	"testing"
@@ -104,5 +105,32 @@ func TestDeepRecursionAtOnce(t *testing.T) {
 		if err != nil || got.String() != want {
 			t.Errorf("Run(%q) = %s, %v; want %s", src, got, err, want)
 		}
+	}
+}
+
+// TestStopped checks which runs lockproxy cut short (ErrStopped): the
+// limits, the caller's ctx and a failed Caller; not a script's error.
+func TestStopped(t *testing.T) {
+	r := New(Config{TimeLimit: 50 * time.Millisecond, MemoryLimit: 16 << 20})
+	for src, stopped := range map[string]bool{
+		"while true do end":                     true,
+		"return #string.rep('x', 2^30)":         true,
+		"return redis.call('nosuchcommand')":    false,
+		"error('mine')":                         false,
+		"return 1":                              false,
+		"local ok = pcall(error, 'x') return 1": false,
+	} {
+		_, err := run(t, r, src, nil)
+		if errors.Is(err, ErrStopped) != stopped {
+			t.Errorf("Run(%q) = %v; want stopped %v", src, err, stopped)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := r.Run(ctx, backend.Script{Src: "return 1"}, nil, nil, blockingCaller{}); !errors.Is(err, ErrStopped) {
+		t.Errorf("Run with a cancelled ctx = %v; want ErrStopped", err)
+	}
+	if _, err := r.Run(t.Context(), backend.Script{Src: "return redis.call('get', 'k')"}, nil, nil, &echoCaller{fail: errors.New("down")}); !errors.Is(err, ErrStopped) {
+		t.Errorf("Run with a failing Caller = %v; want ErrStopped", err)
 	}
 }

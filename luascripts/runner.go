@@ -219,7 +219,7 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 		freeMemory()
 		return backend.Value{}, &backend.ReplyError{
 			Reply: "ERR Script killed by lockproxy: it used more memory than the script memory limit (" + memoryText(r.cfg.MemoryLimit) + ")",
-			Err:   stopped,
+			Err:   fmt.Errorf("%w: %w", ErrStopped, stopped),
 		}
 	}
 	if err == nil || runCtx.Err() == nil {
@@ -228,13 +228,20 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	// The run was cut short: by the caller's ctx, by the time limit, or by
 	// a Caller failure (which cancels runCtx itself and is err already).
 	if ctx.Err() != nil {
-		return backend.Value{}, fmt.Errorf("luascripts: script %s: %w", s.SHA1, ctx.Err())
+		return backend.Value{}, fmt.Errorf("luascripts: script %s: %w: %w", s.SHA1, ErrStopped, ctx.Err())
 	}
 	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
 		return backend.Value{}, &backend.ReplyError{
 			Reply: fmt.Sprintf("ERR Script killed by lockproxy: it ran longer than the script time limit (%s)", r.cfg.TimeLimit),
-			Err:   runCtx.Err(),
+			Err:   fmt.Errorf("%w: %w", ErrStopped, runCtx.Err()),
 		}
 	}
-	return out, err
+	return out, fmt.Errorf("%w: %w", ErrStopped, err)
 }
+
+// ErrStopped is in the error of a run that lockproxy cut short: by the
+// time limit, the memory budget, the caller's ctx, or a Caller failure
+// (errors.Is finds it; the reply, if any, is the error's). Such a script
+// did not end by itself: the backend must drop what it wrote, where a
+// script that ends with an error keeps its writes, as in Redis.
+var ErrStopped = errors.New("luascripts: script stopped")

@@ -199,3 +199,37 @@ func TestHostileScriptTime(t *testing.T) {
 	// value's memory coming back is another matter (issue 40, item 6).
 	attack(t, lp, timeAttacks, false)
 }
+
+// halfAttacks write, then run until lockproxy stops them.
+var halfAttacks = []hostile{
+	{"write then loop", "redis.call('SET', KEYS[1], 'partial') while true do end", []string{"hw:key"}, "ERR Script killed by lockproxy: it ran longer than the script time limit (500ms)"},
+	{"write loop", "local i = 0 while true do i = i + 1 redis.call('SET', KEYS[1], i) end", []string{"hw:key"}, "ERR Script killed by lockproxy: it ran longer than the script time limit (500ms)"},
+	{"write then build", "redis.call('SET', KEYS[1], 'partial') local s = 'x' for i = 1, 40 do s = s .. s end", []string{"hw:key"}, errMemory},
+}
+
+// TestHostileScriptAtomic is issue 40's item 2, on the memory and the
+// postgres backends: a script stopped by lockproxy leaves no write.
+func TestHostileScriptAtomic(t *testing.T) {
+	t.Parallel()
+	bin := testsrv.BuildLockproxy(t)
+	for _, tc := range []struct {
+		name string
+		args func(t *testing.T) []string
+	}{
+		{"memory", func(*testing.T) []string { return nil }},
+		{"postgres", func(t *testing.T) []string {
+			return []string{"--backend", "postgres", "--postgres-dsn", testsrv.SharedPostgres(t).NewDatabase(t)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			lp := testsrv.StartBinary(t, bin, append(tc.args(t), "--script-time-limit", scriptLimit.String())...)
+			attack(t, lp, halfAttacks, false)
+			c := redis.NewClient(&redis.Options{Addr: lp.Addr, MaxRetries: -1})
+			defer c.Close()
+			if got, err := c.Get(t.Context(), "hw:key").Result(); err != redis.Nil {
+				t.Errorf("GET hw:key = %q, %v; want nil: the stopped scripts' writes are gone", got, err)
+			}
+		})
+	}
+}
