@@ -49,6 +49,12 @@ func (v *vm) pcall(L *lua.LState) int {
 	v.cCalls--
 	line := v.line
 	v.line = 0
+	if err != nil && v.ctx.Err() != nil {
+		// The run is over (time limit, memory budget, its caller gone):
+		// no pcall catches that, or `return pcall(f)` would end the
+		// script as if it had finished.
+		L.RaiseError("%s", v.ctx.Err())
+	}
 	if err != nil {
 		var obj lua.LValue = lua.LString(err.Error())
 		if ae, ok := err.(*lua.ApiError); ok {

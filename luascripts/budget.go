@@ -30,8 +30,10 @@ import (
 // builds and drops strings) costs a collection per budget allocated,
 // never a stop.
 //
-// A sample a millisecond bounds what a script can build between two
-// checks by what the process copies in a millisecond (~10 MB); doubling
+// A sample a millisecond (and every few thousand instructions, for a
+// machine so busy that the ticker waits) bounds what a script can build
+// between two checks by what the process copies in a millisecond (~10
+// MB); doubling
 // a string (s = s .. s) is caught at the first tick after it passes the
 // budget, at most twice the budget. The Go functions that build a string
 // of a size known beforehand (string.rep, table.concat, redis.call's
@@ -92,7 +94,8 @@ func ticker() {
 type watch struct {
 	context.Context
 	done <-chan struct{}
-	seen uint64
+	seen uint64 // the tick of the last check
+	n    uint32 // instructions run
 	v    *vm
 }
 
@@ -104,12 +107,18 @@ func (v *vm) watchRun(ctx context.Context) *watch {
 
 // Done is called by the VM before each instruction.
 func (w *watch) Done() <-chan struct{} {
-	if t := clock.tick.Load(); t != w.seen {
+	w.n++
+	if t := clock.tick.Load(); t != w.seen || w.n%checkInstructions == 0 {
 		w.seen = t
 		w.v.checkMemory()
 	}
 	return w.done
 }
+
+// checkInstructions is how many instructions run between two checks at
+// most, ticks or not: the ticker may wait for a CPU on a busy machine,
+// and a loop building a table fills ~100 KB in that many.
+const checkInstructions = 1 << 14
 
 // errMemory is why a script over its memory budget was stopped.
 var errMemory = errors.New("luascripts: script over its memory budget")
@@ -162,9 +171,20 @@ func (v *vm) checkMemory() {
 // with Go code: larger than the whole budget, it stops the script (and
 // raises, ending the Go function that asked).
 func (v *vm) charge(n int64) {
-	if v.budget > 0 && n > v.budget {
+	if v.budget <= 0 {
+		return
+	}
+	if n > v.budget {
 		v.stop(errMemory)
 		v.L.RaiseError("%s", msgOutOfMemory)
+	}
+	if n >= v.budget/8 {
+		// A large string: look at the heap now rather than at the next
+		// tick, which a busy machine may delay.
+		v.checkMemory()
+		if v.stopped != nil {
+			v.L.RaiseError("%s", msgOutOfMemory)
+		}
 	}
 }
 

@@ -89,7 +89,11 @@ func newVM(log *slog.Logger) *vm {
 	}
 	v.globals.RawSetString("redis", v.redisLib())
 	v.globals.RawSetString(concatName, L.NewFunction(func(L *lua.LState) int { // assign.go's splitConcat
-		L.Push(L.Get(1))
+		a := L.Get(1)
+		if s, ok := a.(lua.LString); ok {
+			v.charge(int64(len(s)))
+		}
+		L.Push(a)
 		return 1
 	}))
 	tbl := v.globals.RawGetString("table").(*lua.LTable)
@@ -99,6 +103,9 @@ func newVM(log *slog.Logger) *vm {
 	tbl.RawSetString("concat", v.tableConcat(tbl.RawGetString("concat")))
 	str := v.globals.RawGetString("string").(*lua.LTable)
 	str.RawSetString("rep", v.strRep(str.RawGetString("rep")))
+	for name, fn := range map[string]lua.LGFunction{"find": v.strFind, "match": v.strMatch, "gmatch": v.strGmatch, "gsub": v.strGsub} {
+		str.RawSetString(name, L.NewFunction(fn)) // patterns.go
+	}
 	v.locked = v.readOnly(L.NewTable())
 	for _, name := range []string{"string", "table", "math", "redis"} {
 		v.globals.RawSetString(name, v.readOnly(v.globals.RawGetString(name)))
