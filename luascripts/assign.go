@@ -142,6 +142,7 @@ func fixExprs(es ...ast.Expr) {
 		case *ast.RelationalOpExpr:
 			fixExprs(e.Lhs, e.Rhs)
 		case *ast.StringConcatOpExpr:
+			splitConcat(e)
 			fixExprs(e.Lhs, e.Rhs)
 		case *ast.ArithmeticOpExpr:
 			fixExprs(e.Lhs, e.Rhs)
@@ -152,5 +153,38 @@ func fixExprs(es ...ast.Expr) {
 		case *ast.UnaryLenOpExpr:
 			fixExprs(e.Expr)
 		}
+	}
+}
+
+// maxConcat is how many operands one `..` instruction joins at most.
+// gopher-lua joins a whole chain `a .. b .. c …` in one instruction, and
+// the memory budget is checked between instructions (budget.go): a chain
+// of n copies of a string just under the budget would build n budgets at
+// once. splitConcat cuts a longer chain: its tail becomes the argument of
+// concatName, a function that returns its argument, so that the tail is
+// joined first, by its own instruction, and checked before the rest.
+const maxConcat = 4
+
+// concatName is the global the split chains call: "(concat)" cannot be
+// written in Lua, so no script can shadow it.
+const concatName = "(concat)"
+
+// splitConcat cuts the chain e at its maxConcat-th operand.
+func splitConcat(e *ast.StringConcatOpExpr) {
+	n := e
+	for i := 1; ; i++ {
+		next, ok := n.Rhs.(*ast.StringConcatOpExpr)
+		if !ok {
+			return
+		}
+		if i == maxConcat-1 {
+			fn := &ast.IdentExpr{Value: concatName}
+			fn.SetLine(next.Line())
+			call := &ast.FuncCallExpr{Func: fn, Args: []ast.Expr{next}}
+			call.SetLine(next.Line())
+			n.Rhs = call
+			return
+		}
+		n = next
 	}
 }

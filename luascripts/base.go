@@ -2,6 +2,7 @@ package luascripts
 
 import (
 	"math"
+	"strconv"
 
 	lua "github.com/yuin/gopher-lua"
 
@@ -14,7 +15,12 @@ import (
 // pcall is Redis's pcall (luaRedisPcall): like Lua's, except that an error
 // table's err field comes back instead of the table, so that
 // pcall(redis.call, …) yields the error text.
-func pcall(L *lua.LState) int {
+//
+// It runs the function with an error handler (errorLine), as Run does:
+// without one gopher-lua builds a stack trace of every error, which costs
+// the square of the call depth (seconds for a runaway recursion, during
+// which the script holds what it runs under).
+func (v *vm) pcall(L *lua.LState) int {
 	n := L.GetTop()
 	if n == 0 {
 		// Redis calls the result placeholder it pushed.
@@ -29,7 +35,27 @@ func pcall(L *lua.LState) int {
 		L.Push(lua.LString("attempt to call a " + fn.Type().String() + " value"))
 		return 2
 	}
-	if err := L.PCall(n-1, lua.MultRet, nil); err != nil {
+	if v.cCalls+1 >= maxCCalls {
+		// Lua 5.1 counts the calls made from C (pcall's among them) and
+		// refuses the one that reaches LUAI_MAXCCALLS, inside that pcall.
+		L.SetTop(0)
+		L.Push(lua.LFalse)
+		L.Push(lua.LString("C stack overflow"))
+		return 2
+	}
+	v.cCalls++
+	v.line = -1
+	err := L.PCall(n-1, lua.MultRet, v.onError)
+	v.cCalls--
+	line := v.line
+	v.line = 0
+	if err != nil && v.ctx.Err() != nil {
+		// The run is over (time limit, memory budget, its caller gone):
+		// no pcall catches that, or `return pcall(f)` would end the
+		// script as if it had finished.
+		L.RaiseError("%s", v.ctx.Err())
+	}
+	if err != nil {
 		var obj lua.LValue = lua.LString(err.Error())
 		if ae, ok := err.(*lua.ApiError); ok {
 			obj = ae.Object
@@ -42,6 +68,9 @@ func pcall(L *lua.LState) int {
 			}
 		case lua.LString:
 			obj = lua.LString(luaMessage(string(o)))
+			if o == msgCallstackOverflow {
+				obj = lua.LString("user_script:" + strconv.Itoa(overflowLine(fn, line)) + ": stack overflow")
+			}
 		}
 		L.SetTop(0)
 		L.Push(lua.LFalse)
@@ -50,6 +79,33 @@ func pcall(L *lua.LState) int {
 	}
 	L.Insert(lua.LTrue, 1)
 	return L.GetTop()
+}
+
+// maxCCalls is Lua 5.1's LUAI_MAXCCALLS: how deep calls made from C nest
+// (the script's own call, made by Redis, is the first).
+const maxCCalls = 200
+
+// msgCallstackOverflow is what gopher-lua panics with when a call passes
+// its call stack (Lua 5.1's LUAI_MAXCALLS): Lua says "stack overflow".
+const msgCallstackOverflow = "lua callstack overflow"
+
+// overflowLine is the line Lua 5.1 gives a stack overflow under pcall(fn):
+// where the innermost call was. The error handler cannot run on a full
+// call stack to see it; line is what it saw if it ran (-1 if not). A
+// runaway recursion calls itself from fn, so the line of fn's first call
+// stands for it; 1 when fn is no Lua function.
+func overflowLine(fn lua.LValue, line int) int {
+	if line > 0 {
+		return line
+	}
+	if f, ok := fn.(*lua.LFunction); ok && f.Proto != nil {
+		for pc, inst := range f.Proto.Code {
+			if op := int(inst >> 26); (op == lua.OP_CALL || op == lua.OP_TAILCALL) && pc < len(f.Proto.DbgSourcePositions) {
+				return f.Proto.DbgSourcePositions[pc]
+			}
+		}
+	}
+	return 1
 }
 
 // luaError is Lua 5.1's error: any value (nil too), and a number is a

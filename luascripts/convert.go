@@ -14,6 +14,7 @@ func (v *vm) toLua(val backend.Value) lua.LValue {
 	case backend.KindInt:
 		return lua.LNumber(val.Int)
 	case backend.KindBulk, backend.KindVerbatim, backend.KindBigNumber:
+		v.charge(int64(len(val.Str)))
 		if v.resp == 3 && val.Kind == backend.KindBigNumber {
 			return fieldTable(L, "big_number", lua.LString(val.Str))
 		}

@@ -26,6 +26,19 @@
 //     its write commands (PUBLISH included) with Redis's text.
 //   - A script running past Config.TimeLimit is stopped with
 //     "ERR Script killed by lockproxy: …".
+//   - A script holding more than Config.MemoryLimit is stopped with
+//     "ERR Script killed by lockproxy: it used more memory than …"
+//     (Redis has no such bound; it crashes instead). The heap is sampled
+//     every millisecond a script runs and the Go functions that build
+//     large strings check their size first, so a script passes its
+//     budget by a few times at most before it is stopped (budget.go);
+//     a `..` chain is joined four operands at a time for this (assign.go).
+//   - The limits hold whatever the script does: deep recursion ends with
+//     Lua's "stack overflow" at once, pattern matching (string.find,
+//     match, gmatch, gsub: patterns.go) stops with the run, and no pcall
+//     catches the run's end. A run cut short by lockproxy (the limits,
+//     the caller's ctx, a failed Caller) carries ErrStopped: the backend
+//     must then drop what the script wrote.
 //   - Classify's "creates nothing" rests on the static half alone, which
 //     holds for every run whatever KEYS, ARGV and the keys' contents; runs
 //     on the model can only make a class more cautious. The argument is at

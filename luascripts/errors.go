@@ -77,6 +77,8 @@ var rewrites = []struct {
 		return "bad argument #" + m[1] + " to '" + m[2] + "' ("
 	}},
 	{regexp.MustCompile(`in table for concat$`), func([]string) string { return "in table for 'concat'" }},
+	// gopher-lua's value stack has a bound, Lua 5.1's only its call depth.
+	{regexp.MustCompile(`registry overflow$`), func([]string) string { return "stack overflow" }},
 }
 
 func luaMessage(s string) string {

@@ -221,6 +221,7 @@ func (v *vm) call(L *lua.LState, raiseErr bool) int {
 			return fail(msgBadArg)
 		}
 	}
+	v.charge(int64(size))
 	buf := make([]byte, 0, size)
 	args := make([][]byte, n)
 	for i := range args {

@@ -31,9 +31,16 @@ type Caller interface {
 type Config struct {
 	// TimeLimit bounds one script's run time. default: 5s
 	TimeLimit time.Duration
+	// MemoryLimit bounds the memory one script holds, in bytes (budget.go:
+	// how it is checked, and by how much a script can pass it before it
+	// is stopped). default: 64 MiB
+	MemoryLimit int64
 	// Logger receives redis.log lines. default: discard
 	Logger *slog.Logger
 }
+
+// DefaultMemoryLimit is Config.MemoryLimit's default.
+const DefaultMemoryLimit = 64 << 20
 
 // Runner runs scripts. It is safe for concurrent use.
 type Runner struct {
@@ -66,6 +73,9 @@ const maxCompiled = 4096
 func New(cfg Config) *Runner {
 	if cfg.TimeLimit <= 0 {
 		cfg.TimeLimit = 5 * time.Second
+	}
+	if cfg.MemoryLimit <= 0 {
+		cfg.MemoryLimit = DefaultMemoryLimit
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -200,7 +210,10 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	}
 	runCtx, cancel := context.WithTimeout(ctx, r.cfg.TimeLimit)
 	defer cancel()
+	startClock()
+	v.budget = r.cfg.MemoryLimit
 	out, err, reusable := v.run(runCtx, cancel, p.proto, s.SHA1, keys, args, c)
+	stopped := v.stopped
 	if v.panicked != nil {
 		v.L.Close()
 		panic(v.panicked)
@@ -210,19 +223,33 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	} else {
 		v.L.Close()
 	}
+	if stopped != nil {
+		freeMemory()
+		return backend.Value{}, &backend.ReplyError{
+			Reply: "ERR Script killed by lockproxy: it used more memory than the script memory limit (" + memoryText(r.cfg.MemoryLimit) + ")",
+			Err:   fmt.Errorf("%w: %w", ErrStopped, stopped),
+		}
+	}
 	if err == nil || runCtx.Err() == nil {
 		return out, err
 	}
 	// The run was cut short: by the caller's ctx, by the time limit, or by
 	// a Caller failure (which cancels runCtx itself and is err already).
 	if ctx.Err() != nil {
-		return backend.Value{}, fmt.Errorf("luascripts: script %s: %w", s.SHA1, ctx.Err())
+		return backend.Value{}, fmt.Errorf("luascripts: script %s: %w: %w", s.SHA1, ErrStopped, ctx.Err())
 	}
 	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
 		return backend.Value{}, &backend.ReplyError{
 			Reply: fmt.Sprintf("ERR Script killed by lockproxy: it ran longer than the script time limit (%s)", r.cfg.TimeLimit),
-			Err:   runCtx.Err(),
+			Err:   fmt.Errorf("%w: %w", ErrStopped, runCtx.Err()),
 		}
 	}
-	return out, err
+	return out, fmt.Errorf("%w: %w", ErrStopped, err)
 }
+
+// ErrStopped is in the error of a run that lockproxy cut short: by the
+// time limit, the memory budget, the caller's ctx, or a Caller failure
+// (errors.Is finds it; the reply, if any, is the error's). Such a script
+// did not end by itself: the backend must drop what it wrote, where a
+// script that ends with an error keeps its writes, as in Redis.
+var ErrStopped = errors.New("luascripts: script stopped")

@@ -40,6 +40,15 @@ type vm struct {
 	line   int   // where the innermost Lua function was when an error escaped
 	// panicked is what a Caller panicked with; Run panics with it again.
 	panicked any
+	cCalls   int // the calls from C under way, as Lua 5.1 counts them for pcall
+
+	// the memory budget (budget.go)
+	budget    int64  // bytes; 0: none
+	stopped   error  // why the runner stopped the script (errMemory), nil if it did not
+	watched   bool   // the run lasted past a tick and counts in clock.running
+	heapStart uint64 // the heap when it started to count
+	heapNext  uint64 // the heap at which the next check collects
+	w         watch  // the context the state runs under
 }
 
 // unsafeGlobals are the base functions Redis's sandbox lacks or that would
@@ -60,8 +69,8 @@ func newVM(log *slog.Logger) *vm {
 		CallStackSize:       maxCalls,
 		RegistrySize:        1024,
 		RegistryMaxSize:     maxRegistry,
-		RegistryGrowStep:    4096, // it grows linearly: small steps cost the square of deep recursion
-		MinimizeStackMemory: true, // both stacks start small and grow
+		RegistryGrowStep:    1 << 16, // it grows linearly: small steps cost the square of deep recursion
+		MinimizeStackMemory: true,    // both stacks start small and grow
 	})
 	for _, lib := range []struct {
 		name string
@@ -75,15 +84,29 @@ func newVM(log *slog.Logger) *vm {
 	for _, name := range unsafeGlobals {
 		v.globals.RawSetString(name, lua.LNil)
 	}
-	for name, fn := range map[string]lua.LGFunction{"pcall": pcall, "error": luaError, "tostring": luaToString,
+	for name, fn := range map[string]lua.LGFunction{"pcall": v.pcall, "error": luaError, "tostring": luaToString,
 		"collectgarbage": noGC, "gcinfo": noGC} {
 		v.globals.RawSetString(name, L.NewFunction(fn))
 	}
 	v.globals.RawSetString("redis", v.redisLib())
 	v.openLibs()
+	v.globals.RawSetString(concatName, L.NewFunction(func(L *lua.LState) int { // assign.go's splitConcat
+		a := L.Get(1)
+		if s, ok := a.(lua.LString); ok {
+			v.charge(int64(len(s)))
+		}
+		L.Push(a)
+		return 1
+	}))
 	tbl := v.globals.RawGetString("table").(*lua.LTable)
 	for _, name := range []string{"insert", "remove", "sort"} {
 		tbl.RawSetString(name, v.guard(name, tbl.RawGetString(name)))
+	}
+	tbl.RawSetString("concat", v.tableConcat(tbl.RawGetString("concat")))
+	str := v.globals.RawGetString("string").(*lua.LTable)
+	str.RawSetString("rep", v.strRep(str.RawGetString("rep")))
+	for name, fn := range map[string]lua.LGFunction{"find": v.strFind, "match": v.strMatch, "gmatch": v.strGmatch, "gsub": v.strGsub} {
+		str.RawSetString(name, L.NewFunction(fn)) // patterns.go
 	}
 	v.locked = v.readOnly(L.NewTable())
 	for _, name := range append([]string{"string", "table", "math", "redis"}, libNames...) {
@@ -177,9 +200,13 @@ func (v *vm) getMetatable(L *lua.LState) int {
 // run runs one script. reusable reports whether the state may serve
 // another run (not after a timeout, a cancellation or an abort).
 func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.FunctionProto, sha string, keys []string, args [][]byte, c Caller) (out backend.Value, err error, reusable bool) {
-	v.ctx, v.cancel, v.caller, v.resp, v.abort, v.line, v.panicked = ctx, cancel, c, 2, nil, 0, nil
+	v.ctx, v.cancel, v.caller, v.resp, v.abort, v.line, v.panicked, v.stopped = ctx, cancel, c, 2, nil, 0, nil, nil
+	v.cCalls = 1 // the call of the script
 	v.resetLibs()
-	defer func() { v.ctx, v.cancel, v.caller = nil, nil, nil }()
+	defer func() {
+		v.endWatch()
+		v.ctx, v.cancel, v.caller, v.w = nil, nil, nil, watch{}
+	}()
 
 	L := v.L
 	kt := L.CreateTable(len(keys), 0)
@@ -195,7 +222,7 @@ func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.Function
 
 	fn := L.NewFunctionFromProto(p)
 	fn.Env = v.env
-	L.SetContext(ctx)
+	L.SetContext(v.watchRun(ctx))
 	L.Push(fn)
 	err = L.PCall(0, 1, v.onError)
 	L.RemoveContext()

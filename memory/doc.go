@@ -6,7 +6,12 @@
 //   - every command is atomic; a script is atomic over every key it touches,
 //     declared in KEYS or not, in any database it SELECTs, and, as in
 //     Redis 7, sees the clock stand still at its start (a key live when it
-//     starts cannot expire between its GET and its PEXPIRE);
+//     starts cannot expire between its GET and its PEXPIRE); a script
+//     that lockproxy stops (its time limit or memory budget, its client
+//     gone) leaves nothing it wrote or published: its writes are undone
+//     from a journal (model.Journal) before anyone sees them, where Redis
+//     would refuse to stop it; one that ends with an error keeps its
+//     writes, as in Redis;
 //   - a key is dead at its deadline to the millisecond (a read finds it
 //     gone, a write finds it absent), however late the reaper is;
 //   - expired keys are reclaimed in the background, Redis-style: a reaper

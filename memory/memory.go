@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -40,6 +41,9 @@ type Backend struct {
 	// them as one DelIf under the key's shard (see Eval).
 	releases luascripts.Releases
 	hub      backend.Hub // where scripts' messages go (SetHub)
+	// journal keeps what the running script's writes replaced, for a
+	// script that lockproxy stops (one script runs at a time, under mu).
+	journal model.Journal
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -90,7 +94,8 @@ func (b *Backend) Close(context.Context) error {
 // so every key it touches, declared in KEYS or not and in any database it
 // SELECTs, is covered. As in Redis 7, the script's clock stands still: a
 // key live when the script starts stays live until it ends (unless the
-// script deletes it), and relative expiries count from the start.
+// script deletes it), and relative expiries count from the start. A
+// script that lockproxy stops (luascripts.ErrStopped) leaves no trace.
 //
 // A catalogued release script (luascripts.IsRelease: GET the key, DEL it
 // when it holds ARGV[1]) runs as DelIf on the key's shard instead, as
@@ -115,8 +120,18 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	b.mu.Lock()
 	v := b.view(time.Now().UnixMilli())
 	v.Holder = backend.HolderOf(ctx)
+	v.Journal = &b.journal
 	c.KS = v
 	res, err := b.runner.Run(ctx, s, keys, args, c)
+	if errors.Is(err, luascripts.ErrStopped) {
+		// Stopped by lockproxy (time, memory, the client gone): nothing
+		// of it shows, its messages included. A script that ends with an
+		// error keeps what it wrote, as in Redis.
+		b.journal.Undo()
+		c.Published = nil
+	} else {
+		b.journal.Reset()
+	}
 	b.mu.Unlock()
 	c.Deliver() // its messages, now that every client sees its changes
 	return res, err

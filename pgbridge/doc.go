@@ -20,7 +20,8 @@
 //     runs on a small model space loaded with its prepared keys
 //     (engine.go) and what it changed is committed before the reply; a
 //     failed commit is TRYAGAIN, never a false success. A script is atomic
-//     over its keys. A value of another type than string is kept whole in
+//     over its keys, and one that lockproxy stops (time limit, memory
+//     budget, client gone: luascripts.ErrStopped) commits nothing. A value of another type than string is kept whole in
 //     its lease row (kind, and model.Encode's bytes in token).
 //   - Pub/sub between instances (pubsub.go): a message published through
 //     one instance, by PUBLISH or by a script after its commit, reaches

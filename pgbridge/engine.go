@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/backend/model"
+	"github.com/lockproxy/lockproxy/luascripts"
 )
 
 // How an operation runs: its keys' stripes are locked, the strategy
@@ -103,6 +104,12 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 	if fenceErr != nil {
 		t.rollback()
 		return nil, tryAgain(fmt.Errorf("taking a fence: %w", fenceErr))
+	}
+	if errors.Is(opErr, luascripts.ErrStopped) {
+		// A script lockproxy stopped (time or memory limit, the client
+		// gone) leaves nothing: its writes are in the round's Space only.
+		t.rollback()
+		return nil, opErr
 	}
 	after := make(map[dbKey]state, len(keys))
 	for _, k := range keys {

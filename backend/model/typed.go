@@ -67,6 +67,7 @@ func (v *View) Do(_ context.Context, db int, keys []string, args [][]byte) (back
 	if h == nil {
 		return backend.Value{}, backend.Reply(backend.ErrUnknownCommand(string(args[0]), args[1:]))
 	}
+	v.journal(db, name, keys, args)
 	return h(&call{v: v, db: db, args: args, cmd: name})
 }
 

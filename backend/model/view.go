@@ -30,6 +30,9 @@ type View struct {
 	// Holder is who the grants made through the View go to
 	// (Space.Holder): the caller's client, nil when unknown.
 	Holder *backend.Holder
+	// Journal, when set, keeps what the View's writes replace, so that
+	// the caller can Undo them (journal.go).
+	Journal *Journal
 }
 
 var _ backend.KeySpace = (*View)(nil)
@@ -73,6 +76,7 @@ func (v *View) Set(_ context.Context, db int, key string, token []byte, o backen
 	if err := v.admit(db, key); err != nil {
 		return backend.SetResult{}, err
 	}
+	v.save(db, key)
 	return v.space(key).Set(db, key, token, o, v.Now)
 }
 
@@ -93,6 +97,7 @@ func (v *View) Del(_ context.Context, db int, keys []string) (int64, error) {
 	if err := v.admit(db, keys...); err != nil {
 		return 0, err
 	}
+	v.save(db, keys...)
 	var n int64
 	for _, k := range keys {
 		if v.space(k).Del(db, k, v.Now) {
@@ -107,6 +112,7 @@ func (v *View) DelIf(_ context.Context, db int, key string, cond backend.Cond, m
 	if err := v.admit(db, key); err != nil {
 		return false, err
 	}
+	v.save(db, key)
 	return v.space(key).DelIf(db, key, cond, match, v.Now)
 }
 
@@ -137,6 +143,7 @@ func (v *View) Expire(_ context.Context, db int, key string, e backend.Expiry, c
 	if err := v.admit(db, key); err != nil {
 		return false, err
 	}
+	v.save(db, key)
 	return v.space(key).Expire(db, key, e, cond, v.Now), nil
 }
 
@@ -145,6 +152,7 @@ func (v *View) Persist(_ context.Context, db int, key string) (bool, error) {
 	if err := v.admit(db, key); err != nil {
 		return false, err
 	}
+	v.save(db, key)
 	return v.space(key).Persist(db, key, v.Now), nil
 }
 
@@ -168,6 +176,9 @@ func (v *View) MSet(_ context.Context, db int, pairs []backend.KV, nx bool) (boo
 				return false, nil
 			}
 		}
+	}
+	for _, p := range pairs {
+		v.save(db, p.Key)
 	}
 	for _, p := range pairs {
 		v.space(p.Key).Put(db, p.Key, Entry{Token: p.Value})

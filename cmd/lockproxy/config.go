@@ -42,6 +42,7 @@ type Config struct {
 	MaxScriptBytes   int      `yaml:"max-script-bytes"`
 	ShutdownTimeout  string   `yaml:"shutdown-timeout"`
 	ScriptTimeLimit  string   `yaml:"script-time-limit"`
+	ScriptMemory     string   `yaml:"script-memory-limit"`
 	IdleTimeout      string   `yaml:"idle-timeout"`
 	DataPath         string   `yaml:"data-path"`
 	Passthrough      string   `yaml:"passthrough"`
@@ -69,7 +70,7 @@ func defaults() Config {
 		PostgresRowDelay: "200ms",
 		AdminListen:      "127.0.0.1:9121", ProtectedMode: true, AllowFlush: true, LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
-		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", QuorumTimeout: "50ms", IdleTimeout: "0s",
+		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", ScriptMemory: "64mb", QuorumTimeout: "50ms", IdleTimeout: "0s",
 		MigrateTimeout: "50ms", DataPath: "loops",
 	}
 }
@@ -283,6 +284,9 @@ func (c Config) validateLimits(add func(key, problem, fix string)) {
 		if d, err := parseDuration(v); err != nil || d <= 0 {
 			add(key, fmt.Sprintf("%q is not a positive duration", v), "e.g. 10s or 500ms")
 		}
+	}
+	if n, err := parseMemory(c.ScriptMemory); err != nil || n < 1<<20 {
+		add("script-memory-limit", fmt.Sprintf("%q is not a memory size of 1mb or more", c.ScriptMemory), "e.g. 64mb")
 	}
 	if d, err := parseDuration(c.IdleTimeout); err != nil || d < 0 {
 		add("idle-timeout", fmt.Sprintf("%q is not a duration of 0 or more", c.IdleTimeout), "e.g. 300s, or 0 to never close idle clients")

@@ -126,6 +126,8 @@ func TestValidationMessages(t *testing.T) {
 		{"script bytes", func(c *Config) { c.MaxScriptBytes = 10 }, `max-script-bytes: 10 is below 1024 (e.g. 1048576)`},
 		{"shutdown", func(c *Config) { c.ShutdownTimeout = "soon" }, `shutdown-timeout: "soon" is not a positive duration (e.g. 10s or 500ms)`},
 		{"script limit", func(c *Config) { c.ScriptTimeLimit = "-1s" }, `script-time-limit: "-1s" is not a positive duration (e.g. 10s or 500ms)`},
+		{"script memory", func(c *Config) { c.ScriptMemory = "lots" }, `script-memory-limit: "lots" is not a memory size of 1mb or more (e.g. 64mb)`},
+		{"script memory small", func(c *Config) { c.ScriptMemory = "1000kb" }, `script-memory-limit: "1000kb" is not a memory size of 1mb or more (e.g. 64mb)`},
 		{"protected mode 0.0.0.0", func(c *Config) { c.Listen = "0.0.0.0:6380" }, `protected-mode: listen 0.0.0.0:6380 reaches beyond loopback and clients need no password (set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
 		{"protected mode empty host", func(c *Config) { c.Listen = ":6380" }, `protected-mode: listen :6380 reaches beyond loopback and clients need no password (set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
 		{"protected mode name", func(c *Config) { c.Listen = "lockproxy.internal:6380" }, `protected-mode: listen lockproxy.internal:6380 reaches beyond loopback and clients need no password (set requirepass, users or tls-ca-cert-file, or protected-mode: no to serve without authentication, or listen on 127.0.0.1)`},
@@ -463,5 +465,24 @@ func TestFileProblemsNameTheLine(t *testing.T) {
 		if !slices.Contains(probs, want) {
 			t.Errorf("overridden: validate() = %q; want it to contain %q", probs, want)
 		}
+	}
+}
+
+// TestParseMemory checks the memory sizes script-memory-limit takes, in
+// Redis's units (memtoull).
+func TestParseMemory(t *testing.T) {
+	for in, want := range map[string]int64{"67108864": 64 << 20, "64mb": 64 << 20, "64MB": 64 << 20, "1gb": 1 << 30,
+		"2m": 2e6, "3k": 3000, "5kb": 5 << 10, "7b": 7, "1G": 1e9} {
+		if got, err := parseMemory(in); err != nil || got != want {
+			t.Errorf("parseMemory(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "mb", "-1mb", "1.5gb", "1tb", "99999999999gb"} {
+		if got, err := parseMemory(in); err == nil {
+			t.Errorf("parseMemory(%q) = %d; want an error", in, got)
+		}
+	}
+	if n := defaults().scriptMemory(); n != 64<<20 {
+		t.Errorf("the default script-memory-limit is %d bytes; want 64 MiB", n)
 	}
 }

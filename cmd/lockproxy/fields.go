@@ -97,6 +97,7 @@ func fields(c *Config) []field {
 		integer("max-script-bytes", "maximum bytes of one script", &c.MaxScriptBytes),
 		str("shutdown-timeout", "how long SIGTERM waits for in-flight commands", &c.ShutdownTimeout),
 		str("script-time-limit", "how long one script may run", &c.ScriptTimeLimit),
+		str("script-memory-limit", "how much memory one script may hold (bytes, or with Redis's units: 64mb, 1gb)", &c.ScriptMemory),
 		str("tls-cert-file", "serve clients TLS with this certificate (PEM)", &c.TLSCertFile),
 		str("tls-key-file", "the key of tls-cert-file (PEM)", &c.TLSKeyFile),
 		str("tls-ca-cert-file", "require client certificates signed by this CA (PEM)", &c.TLSCACertFile),
@@ -136,4 +137,26 @@ func nodesField(c *Config) field {
 		return fmt.Errorf("expects host:port values, as a list or comma-separated")
 	}
 	return f
+}
+
+// parseMemory reads a memory size as Redis's config does (memtoull): a
+// number of bytes, or one with a unit in any letter case, k/m/g powers of
+// 1000 and kb/mb/gb powers of 1024.
+func parseMemory(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mul    int64
+	}{{"kb", 1 << 10}, {"mb", 1 << 20}, {"gb", 1 << 30}, {"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"b", 1}}
+	num, mul := strings.ToLower(s), int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mul = n, u.mul
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mul {
+		return 0, fmt.Errorf("%q is not a memory size", s)
+	}
+	return n * mul, nil
 }

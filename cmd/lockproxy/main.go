@@ -205,7 +205,7 @@ func serveAdmin(addr string, srv *proxy.Server, reg *prometheus.Registry) (stop 
 func withMigration(b backend.Backend, cfg Config, scriptLimit time.Duration, log *slog.Logger) (backend.Backend, error) {
 	mt, _ := parseDuration(cfg.MigrateTimeout)
 	m, err := migrate.New(b, migrate.Config{URL: cfg.MigrateFrom, Timeout: mt, Logger: log,
-		Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})})
+		Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, MemoryLimit: cfg.scriptMemory(), Logger: log})})
 	if err != nil {
 		b.Close(context.Background())
 		return nil, err
@@ -262,9 +262,9 @@ func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger, rec *re
 		}
 		return b, warnings, nil
 	case "postgres":
-		return newPostgres(cfg, luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log}), log)
+		return newPostgres(cfg, luascripts.New(luascripts.Config{TimeLimit: scriptLimit, MemoryLimit: cfg.scriptMemory(), Logger: log}), log)
 	}
-	runner := luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})
+	runner := luascripts.New(luascripts.Config{TimeLimit: scriptLimit, MemoryLimit: cfg.scriptMemory(), Logger: log})
 	return memory.New(memory.Config{Runner: runner, Freed: rec.Freed}), []string{"memory backend: single node, not HA; locks end with the process"}, nil
 }
 
@@ -299,4 +299,10 @@ func healthcheck(ctx context.Context, admin string) error {
 		return fmt.Errorf("healthcheck: %s", resp.Status)
 	}
 	return nil
+}
+
+// scriptMemory is script-memory-limit in bytes (checked by validation).
+func (c Config) scriptMemory() int64 {
+	n, _ := parseMemory(c.ScriptMemory)
+	return n
 }
