@@ -117,23 +117,37 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 		}
 	}
 	c := &keycmd.ScriptCaller{DB: db, RO: ro, Hub: b.hub}
+	res, err := b.runLocked(ctx, s, keys, args, c)
+	c.Deliver() // its messages, now that every client sees its changes
+	return res, err
+}
+
+// runLocked runs a script under the store's write lock. A run stopped by
+// lockproxy (time, memory, the client gone), or one that panics, leaves
+// nothing: its writes are undone and its messages dropped; the lock is
+// released whatever happens. A script that ends with an error keeps what
+// it wrote, as in Redis.
+func (b *Backend) runLocked(ctx context.Context, s backend.Script, keys []string, args [][]byte, c *keycmd.ScriptCaller) (res backend.Value, err error) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer func() {
+		if p := recover(); p != nil {
+			b.journal.Undo()
+			c.Published = nil
+			panic(p)
+		}
+	}()
 	v := b.view(time.Now().UnixMilli())
 	v.Holder = backend.HolderOf(ctx)
 	v.Journal = &b.journal
 	c.KS = v
-	res, err := b.runner.Run(ctx, s, keys, args, c)
+	res, err = b.runner.Run(ctx, s, keys, args, c)
 	if errors.Is(err, luascripts.ErrStopped) {
-		// Stopped by lockproxy (time, memory, the client gone): nothing
-		// of it shows, its messages included. A script that ends with an
-		// error keeps what it wrote, as in Redis.
 		b.journal.Undo()
 		c.Published = nil
 	} else {
 		b.journal.Reset()
 	}
-	b.mu.Unlock()
-	c.Deliver() // its messages, now that every client sees its changes
 	return res, err
 }
 
