@@ -209,7 +209,7 @@ func (v *vm) endWatch() {
 	}
 }
 
-// freeMemory gives the memory of a script stopped for it back to the
+// freeMemory gives the memory of a stopped script back to the
 // system, in the background (a full collection: not on the caller's
 // time, which may hold what other clients wait for).
 func freeMemory() {

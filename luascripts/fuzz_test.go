@@ -1,6 +1,7 @@
 package luascripts
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -101,4 +102,56 @@ func FuzzClassify(f *testing.F) {
 			t.Errorf("%q with ARGV %q created a key in state %v, but its call was classified as creating nothing", src, args, st)
 		}
 	})
+}
+
+// FuzzScript runs arbitrary scripts under small limits (issue 40): a run
+// always returns, within the time limit and a second, with a well-formed
+// value or a one-line error reply, and never panics, whatever the script
+// builds, calls or loops on. The seeds (testdata/fuzz/FuzzScript) are the
+// issue's hostile scripts and the libraries' edges.
+func FuzzScript(f *testing.F) {
+	const limit = 100 * time.Millisecond
+	r := New(Config{TimeLimit: limit, MemoryLimit: 8 << 20})
+	f.Fuzz(func(t *testing.T, src, key, arg string) {
+		type result struct {
+			v   backend.Value
+			err error
+		}
+		done := make(chan result, 1)
+		start := time.Now()
+		go func() {
+			c := arityCaller{&echoCaller{data: map[string]string{key: arg}}}
+			v, err := r.Run(context.Background(), backend.Script{Src: src}, []string{key}, [][]byte{[]byte(arg)}, c)
+			done <- result{v, err}
+		}()
+		var res result
+		select {
+		case res = <-done:
+		case <-time.After(limit + time.Second):
+			t.Fatalf("%q: no answer %v after it started; want one within the time limit (%v) and a second", src, time.Since(start), limit)
+		}
+		var re *backend.ReplyError
+		switch {
+		case errors.As(res.err, &re):
+			if strings.ContainsAny(re.Reply, "\r\n") || re.Reply == "" {
+				t.Errorf("%q: error reply %q is not one line", src, re.Reply)
+			}
+		case res.err != nil:
+			t.Errorf("%q: %v; want a reply or a ReplyError", src, res.err)
+		default:
+			checkValue(t, src, res.v)
+		}
+	})
+}
+
+// arityCaller is echoCaller with its commands' arity checked, as every
+// backend checks it: a fuzzed redis.call may name any arguments.
+type arityCaller struct{ *echoCaller }
+
+func (c arityCaller) Call(ctx context.Context, args [][]byte) (backend.Value, error) {
+	need := map[string]int{"get": 2, "set": 3, "del": 2, "echo": 2}[strings.ToLower(string(args[0]))]
+	if len(args) < need {
+		return backend.Value{}, backend.Reply("ERR wrong number of arguments for '" + strings.ToLower(string(args[0])) + "' command")
+	}
+	return c.echoCaller.Call(ctx, args)
 }

@@ -235,6 +235,8 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	}
 	// The run was cut short: by the caller's ctx, by the time limit, or by
 	// a Caller failure (which cancels runCtx itself and is err already).
+	// What it built went with its state: give it back, as for memory.
+	freeMemory()
 	if ctx.Err() != nil {
 		return backend.Value{}, fmt.Errorf("luascripts: script %s: %w: %w", s.SHA1, ErrStopped, ctx.Err())
 	}

@@ -90,6 +90,7 @@ func newVM(log *slog.Logger) *vm {
 	}
 	v.globals.RawSetString("redis", v.redisLib())
 	v.openLibs()
+	v.boundResults()
 	v.globals.RawSetString(concatName, L.NewFunction(func(L *lua.LState) int { // assign.go's splitConcat
 		a := L.Get(1)
 		if s, ok := a.(lua.LString); ok {
