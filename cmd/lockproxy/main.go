@@ -116,7 +116,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		}
 		warnings = append(warnings, "migrating: every lock is also taken in "+migrate.MaskURL(cfg.MigrateFrom)+"; remove migrate-from once no client uses it directly (INFO lockproxy_migration_legacy_clients)")
 	}
-	defer b.Close(context.Background())
+	defer closeBackend(b, drain, log)
 	warnings = append(warnings, cfg.warnings()...)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -164,6 +164,24 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// closeBackend closes b within d: a backend stuck behind a hung operation
+// must not keep the process from ending after SIGTERM (its goroutines end
+// with the process).
+func closeBackend(b backend.Backend, d time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		b.Close(ctx)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		log.Warn("the backend did not close in time: exiting without it", "timeout", d.String())
+	}
 }
 
 // newRegistry is the process's one metrics registry: Go's and the
