@@ -168,7 +168,7 @@ func (c Class) String() string {
 }
 
 // kind is c without its values mark.
-func (c Class) kind() Class { return c &^ valuesBit }
+func (c Class) kind() Class { return c &^ (valuesBit | lockBit) }
 
 // CreatesNothing reports whether no run of the script, in any key space,
 // with any KEYS and ARGV, can create a key: ReadOnly, Release and Extend.
@@ -197,6 +197,58 @@ const (
 	probeTTL = int64(10_000)
 )
 
+// lockBit marks, in the Classes' cache only, an Acquire that is a lock's
+// acquire by its shape (Classes.Lock); Classify and Of never return it.
+const lockBit Class = 0x40
+
+// lockCommands are the commands a lock's acquire sends: it reads its keys,
+// writes tokens (SET, SETNX, MSET, MSETNX) and expiries, and deletes. No
+// counter (INCR …), no APPEND or SETRANGE, no value of another type.
+var lockCommands = map[string]bool{
+	"get": true, "mget": true, "exists": true, "pttl": true, "ttl": true, "getrange": true, "strlen": true,
+	"set": true, "setnx": true, "mset": true, "msetnx": true,
+	"pexpire": true, "expire": true, "pexpireat": true, "expireat": true, "persist": true,
+	"del": true, "unlink": true, "delifeq": true, "delex": true, "ping": true, "echo": true,
+}
+
+// lockOnly reports whether every command in cmds is a lock's (lockCommands).
+func (cmds commandSet) lockOnly() bool {
+	for c := range cmds {
+		if !lockCommands[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// tokensOnly reports whether, in every probe state, the script leaves each
+// key it writes absent or holding one of its ARGV: what it writes is a
+// token the caller chose, never a value computed from what it read (a
+// counter kept with GET and SET, which from "1" writes "2").
+func tokensOnly(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte) bool {
+	for _, st := range probeStates(len(keys), args) {
+		sp := &model.Space{}
+		for i, e := range st {
+			if e != nil {
+				sp.Put(0, keys[i], *e)
+			}
+		}
+		rc := &probeCaller{keys: keys, inner: keycmd.ScriptCaller{KS: &model.View{Now: probeNow, Spaces: []*model.Space{sp}}}}
+		if _, err := r.Run(ctx, s, keys, args, rc); err != nil || !rc.ok() {
+			return false
+		}
+		for i, k := range keys {
+			after, live := sp.Get(0, k, probeNow)
+			before := st[i]
+			unchanged := before != nil && live && bytes.Equal(after.Token, before.Token)
+			if live && !unchanged && !isArg(after.Token, args) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // probeForeign is the token of a lock held by someone else in a probe.
 var probeForeign = []byte("lockproxy:probe:foreign-token")
 
@@ -216,7 +268,7 @@ const maxProbeKeys = 8
 // KEYS, ARGV and the keys' contents.
 func Classify(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte) Class {
 	c, _ := classify(ctx, r, s, keys, args)
-	return c
+	return c &^ lockBit
 }
 
 // classify is Classify; timedOut reports that a probe ran out of time (its
@@ -243,6 +295,8 @@ func classify(ctx context.Context, r *Runner, s backend.Script, keys []string, a
 		values = valuesBit
 	}
 	switch {
+	case created && values == 0 && known && cmds.lockOnly() && tokensOnly(ctx, r, s, keys, args):
+		return Acquire | lockBit, false
 	case created:
 		return Acquire | values, false
 	case !clean:
@@ -468,8 +522,20 @@ const classifyBudget = time.Second
 // that one client giving up cannot leave a script classified Other for
 // everyone.
 func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args [][]byte) Class {
+	cl, _ := c.Lock(ctx, s, keys, args)
+	return cl
+}
+
+// Lock is Of, and reports besides whether the call is a lock's acquire by
+// its shape: an Acquire whose text sends only lock commands (GET, SET,
+// MSETNX, PEXPIRE, DEL and the like: no counter, no value of another type)
+// and that, in every probe state, leaves each key it writes absent or
+// holding one of its ARGV. Node redlock's and bsm/redislock's acquires
+// are; a counter (INCR, or GET then SET of a sum) is not. The quorum
+// backend keeps its one-round-trip path for these (quorum/classify.go).
+func (c *Classes) Lock(ctx context.Context, s backend.Script, keys []string, args [][]byte) (_ Class, lock bool) {
 	if s.Src == "" {
-		return Other
+		return Other, false
 	}
 	if s.SHA1 == "" {
 		s.SHA1 = SHA1(s.Src)
@@ -479,13 +545,13 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 	cl, ok := c.known[k]
 	c.mu.RUnlock()
 	if ok {
-		return c.call(ctx, cl, s, keys, args)
+		return c.call(ctx, cl&^lockBit, s, keys, args), cl&lockBit != 0
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), classifyBudget)
 	cl, timedOut := classify(cctx, c.runner(), s, keys, args)
 	cancel()
 	if timedOut {
-		return Other // this call is watched; the next one classifies again
+		return Other, false // this call is watched; the next one classifies again
 	}
 	c.mu.Lock()
 	if c.known == nil || len(c.known) >= maxClasses {
@@ -493,7 +559,7 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 	}
 	c.known[k] = cl
 	c.mu.Unlock()
-	return c.call(ctx, cl, s, keys, args)
+	return c.call(ctx, cl&^lockBit, s, keys, args), cl&lockBit != 0
 }
 
 // Cached returns the class of this call as Of would, when that needs no
@@ -501,16 +567,22 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 // call is checked on the model). For callers that must not run Lua in
 // place, such as an event loop; ok false sends them to Of.
 func (c *Classes) Cached(s backend.Script, keys []string, args [][]byte) (Class, bool) {
+	cl, _, ok := c.CachedLock(s, keys, args)
+	return cl, ok
+}
+
+// CachedLock is Cached with Lock's second answer.
+func (c *Classes) CachedLock(s backend.Script, keys []string, args [][]byte) (_ Class, lock, ok bool) {
 	if s.Src == "" || s.SHA1 == "" {
-		return Other, false
+		return Other, false, false
 	}
 	c.mu.RLock()
 	cl, ok := c.known[classKey{s.SHA1, len(keys), len(args)}]
 	c.mu.RUnlock()
 	if !ok || cl.kind() == Guarded {
-		return Other, false
+		return Other, false, false
 	}
-	return cl, true
+	return cl &^ lockBit, cl&lockBit != 0, true
 }
 
 // runner returns c.Runner, made on first use when nil. (Not on a cache
