@@ -295,7 +295,7 @@ func classify(ctx context.Context, r *Runner, s backend.Script, keys []string, a
 		values = valuesBit
 	}
 	switch {
-	case created && values == 0 && known && cmds.lockOnly() && tokensOnly(ctx, r, s, keys, args):
+	case created && !timedOut && values == 0 && known && cmds.lockOnly() && tokensOnly(ctx, r, s, keys, args):
 		return Acquire | lockBit, false
 	case created:
 		return Acquire | values, false
@@ -499,6 +499,9 @@ type Classes struct {
 	made  atomic.Pointer[Runner] // runner's, once made: read on hot paths without once.Do
 	mu    sync.RWMutex
 	known map[classKey]Class
+	// By SHA1, for Lock: scripts whose text rules out a lock script, and
+	// those whose text does not.
+	others, lockish map[string]struct{}
 }
 
 type classKey struct {
@@ -522,7 +525,7 @@ const classifyBudget = time.Second
 // that one client giving up cannot leave a script classified Other for
 // everyone.
 func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args [][]byte) Class {
-	cl, _ := c.Lock(ctx, s, keys, args)
+	cl, _ := c.of(ctx, s, keys, args)
 	return cl
 }
 
@@ -533,7 +536,26 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 // holding one of its ARGV. Node redlock's and bsm/redislock's acquires
 // are; a counter (INCR, or GET then SET of a sum) is not. The quorum
 // backend keeps its one-round-trip path for these (quorum/classify.go).
+//
+// A script whose text can send a command no lock script sends (INCR,
+// HSET, TIME …), or whose commands cannot be read off its text, is
+// answered Other at once, without probes: its class would not make it a
+// lock script, and the quorum backend runs it on the model either way.
 func (c *Classes) Lock(ctx context.Context, s backend.Script, keys []string, args [][]byte) (_ Class, lock bool) {
+	if s.Src == "" {
+		return Other, false
+	}
+	if s.SHA1 == "" {
+		s.SHA1 = SHA1(s.Src)
+	}
+	if c.notLock(s) {
+		return Other, false
+	}
+	return c.of(ctx, s, keys, args)
+}
+
+// of is Of with Lock's second answer.
+func (c *Classes) of(ctx context.Context, s backend.Script, keys []string, args [][]byte) (_ Class, lock bool) {
 	if s.Src == "" {
 		return Other, false
 	}
@@ -567,22 +589,60 @@ func (c *Classes) Lock(ctx context.Context, s backend.Script, keys []string, arg
 // call is checked on the model). For callers that must not run Lua in
 // place, such as an event loop; ok false sends them to Of.
 func (c *Classes) Cached(s backend.Script, keys []string, args [][]byte) (Class, bool) {
-	cl, _, ok := c.CachedLock(s, keys, args)
+	cl, _, ok := c.cached(s, keys, args, false)
 	return cl, ok
 }
 
-// CachedLock is Cached with Lock's second answer.
+// CachedLock is Lock from the cache, as Cached is Of.
 func (c *Classes) CachedLock(s backend.Script, keys []string, args [][]byte) (_ Class, lock, ok bool) {
+	return c.cached(s, keys, args, true)
+}
+
+func (c *Classes) cached(s backend.Script, keys []string, args [][]byte, forLock bool) (_ Class, lock, ok bool) {
 	if s.Src == "" || s.SHA1 == "" {
 		return Other, false, false
 	}
 	c.mu.RLock()
 	cl, ok := c.known[classKey{s.SHA1, len(keys), len(args)}]
+	_, other := c.others[s.SHA1]
 	c.mu.RUnlock()
+	if forLock && other {
+		return Other, false, true
+	}
 	if !ok || cl.kind() == Guarded {
 		return Other, false, false
 	}
 	return cl &^ lockBit, cl&lockBit != 0, true
+}
+
+// notLock reports whether s's text rules out a lock script (Lock),
+// remembering the answer by SHA1.
+func (c *Classes) notLock(s backend.Script) bool {
+	c.mu.RLock()
+	_, other := c.others[s.SHA1]
+	_, seen := c.lockish[s.SHA1]
+	c.mu.RUnlock()
+	if other || seen {
+		return other
+	}
+	cmds, known, _ := analyse(s.Src)
+	other = !known
+	for name := range cmds {
+		if !lockCommands[name] && name != "publish" {
+			other = true
+		}
+	}
+	c.mu.Lock()
+	if c.others == nil || len(c.others)+len(c.lockish) >= maxClasses {
+		c.others, c.lockish = make(map[string]struct{}), make(map[string]struct{})
+	}
+	if other {
+		c.others[s.SHA1] = struct{}{}
+	} else {
+		c.lockish[s.SHA1] = struct{}{}
+	}
+	c.mu.Unlock()
+	return other
 }
 
 // runner returns c.Runner, made on first use when nil. (Not on a cache

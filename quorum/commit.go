@@ -2,60 +2,115 @@ package quorum
 
 import (
 	"context"
+	"slices"
 	"strconv"
 
 	"github.com/lockproxy/lockproxy/backend"
 )
 
-// applyScript writes new states to KEYS on one node, but only when every
-// key still has the check value read there: the SHA1 of its DUMP ("" for
-// absent) and its PEXPIRETIME. Otherwise it writes nothing and answers 0.
-// ARGV holds, per key in turn: the check digest, the check expiry, the
-// new type ("none" deletes), the expiry's mode ("n" none, "p" relative
-// ms, "a" absolute Unix ms), its value, the number of parts, and the
-// parts (readScript's form; a sorted set's as score, member). It answers
-// {1, digest, expiry, …}: each key's check values as it left them, for a
-// put-back. Its work is O(keys + the states it writes).
-var applyScript = newNodeScript(`local p, spec = 1, {}
+// applyScript writes new states to KEYS on one node, but only when the
+// operation still holds its lease on every key there (readScript) and
+// every key still has the check value read there: the SHA1 of its DUMP
+// ("" for absent) and its PEXPIRETIME. Otherwise it writes nothing and
+// answers 0. ARGV: the operation's nonce, its mode ("0" a commit; "1" a
+// put-back, which releases the operation's leases afterwards, written or
+// not; "2" the write of a decided commit to a node read late, which
+// needs no lease — it writes no state a reader could see put back — and
+// releases the operation's), the leases' database and hash; then per
+// key in turn: its database (SELECTed by the script alone), the check
+// digest, the check expiry, the new type ("none" deletes, "keep" only
+// checks), the expiry's mode ("n" none, "p" relative ms, "a" absolute
+// Unix ms), its value, the number of parts, and the parts (readScript's
+// form; a sorted set's as score, member). It answers {1, digest, expiry,
+// …}: each key's check values as it left them, for a put-back. Its work
+// is O(keys + the states it writes).
+var applyScript = newNodeScript(`local mine = ARGV[1] .. ':'
+local p, spec, ok = 5, {}, true
+redis.call('select', ARGV[3])
 for i = 1, #KEYS do
-  local k = KEYS[i]
-  local d = redis.call('dump', k)
-  if (d and redis.sha1hex(d) or '') ~= ARGV[p] or redis.call('pexpiretime', k) ~= tonumber(ARGV[p+1]) then
-    return 0
-  end
-  spec[i] = p
-  p = p + 6 + tonumber(ARGV[p+5])
+  local cur = redis.call('hget', ARGV[4], ARGV[p] .. ':' .. KEYS[i])
+  if ARGV[2] ~= '2' and (not cur or string.sub(cur, 1, #mine) ~= mine) then ok = false end
+  spec[i] = p + 1
+  p = p + 7 + tonumber(ARGV[p+6])
 end
-local cmds = {hash = 'hset', set = 'sadd', list = 'rpush', zset = 'zadd'}
-local out = {1}
 for i = 1, #KEYS do
+  if not ok then break end
   local k, q = KEYS[i], spec[i]
-  local t, mode = ARGV[q+2], ARGV[q+3]
-  redis.call('del', k)
-  if t == 'string' then
-    redis.call('set', k, ARGV[q+6])
-  elseif t ~= 'none' then
-    local s = q + 6
-    local e = s + tonumber(ARGV[q+5]) - 1
-    while s <= e do
-      local l = math.min(s + 511, e)
-      redis.call(cmds[t], k, unpack(ARGV, s, l))
-      s = l + 1
-    end
-  end
-  if t ~= 'none' then
-    if mode == 'p' then redis.call('pexpire', k, ARGV[q+4])
-    elseif mode == 'a' then redis.call('pexpireat', k, ARGV[q+4]) end
-  end
+  redis.call('select', ARGV[q-1])
   local d = redis.call('dump', k)
-  out[2*i] = d and redis.sha1hex(d) or ''
-  out[2*i+1] = redis.call('pexpiretime', k)
+  if (d and redis.sha1hex(d) or '') ~= ARGV[q] or redis.call('pexpiretime', k) ~= tonumber(ARGV[q+1]) then
+    ok = false
+  end
+end
+local out = 0
+if ok then
+  local cmds = {hash = 'hset', set = 'sadd', list = 'rpush', zset = 'zadd'}
+  out = {1}
+  for i = 1, #KEYS do
+    local k, q = KEYS[i], spec[i]
+    local t, mode = ARGV[q+2], ARGV[q+3]
+    redis.call('select', ARGV[q-1])
+    if t ~= 'keep' then redis.call('del', k) end
+    if t == 'string' then
+      redis.call('set', k, ARGV[q+6])
+    elseif t ~= 'none' and t ~= 'keep' then
+      local s = q + 6
+      local e = s + tonumber(ARGV[q+5]) - 1
+      while s <= e do
+        local l = math.min(s + 511, e)
+        redis.call(cmds[t], k, unpack(ARGV, s, l))
+        s = l + 1
+      end
+    end
+    if t ~= 'none' and t ~= 'keep' then
+      if mode == 'p' then redis.call('pexpire', k, ARGV[q+4])
+      elseif mode == 'a' then redis.call('pexpireat', k, ARGV[q+4]) end
+    end
+    local d = redis.call('dump', k)
+    out[2*i] = d and redis.sha1hex(d) or ''
+    out[2*i+1] = redis.call('pexpiretime', k)
+  end
+end
+if ARGV[2] ~= '0' then
+  redis.call('select', ARGV[3])
+  for i = 1, #KEYS do
+    local f = ARGV[spec[i]-1] .. ':' .. KEYS[i]
+    local cur = redis.call('hget', ARGV[4], f)
+    if cur and string.sub(cur, 1, #mine) == mine then redis.call('hdel', ARGV[4], f) end
+  end
 end
 return out`)
+
+// releaseScript ends an operation's leases on one node (readScript):
+// ARGV the nonce, the leases' database and hash, then the fields
+// ("<db>:<key>"); a field another operation took over is left alone.
+var releaseScript = newNodeScript(`local mine = ARGV[1] .. ':'
+redis.call('select', ARGV[2])
+for i = 4, #ARGV do
+  local cur = redis.call('hget', ARGV[3], ARGV[i])
+  if cur and string.sub(cur, 1, #mine) == mine then redis.call('hdel', ARGV[3], ARGV[i]) end
+end
+return 1`)
+
+// releaseRequest is releaseScript's call over keys for nonce (EVAL for
+// eval).
+func releaseRequest(keys []dbKey, nonce string, eval bool) *req {
+	r := &req{}
+	if !eval {
+		r.load = releaseScript.ref()
+	}
+	args := [][]byte{[]byte(nonce), strconv.AppendInt(nil, markerDB, 10), []byte(leasesKey)}
+	for _, k := range keys {
+		args = append(args, []byte(strconv.Itoa(k.db)+":"+k.key))
+	}
+	runScript(&r.cmds, releaseScript, eval, nil, args...)
+	return r
+}
 
 // keyWrite is one key's new state on one node, and the check value it is
 // written over.
 type keyWrite struct {
+	db     int
 	key    string
 	digest string // the check: the node's DUMP digest ("" absent)
 	at     int64  // and its PEXPIRETIME
@@ -64,11 +119,22 @@ type keyWrite struct {
 	exp    int64 // ms: relative for 'p', Unix ms for 'a'
 }
 
-// applyRequest is applyScript's call for ws on one node: EVALSHA, the
-// script loaded ahead of it on a connection's first use; EVAL for eval.
-func applyRequest(ws []keyWrite, eval bool) *req {
+// applyMode is applyScript's second argument.
+type applyMode uint8
+
+const (
+	applyCommit  applyMode = iota // under the lease, which stays
+	applyPutBack                  // under the lease, which ends
+	applyLate                     // a decided commit's write to a node read late: no lease needed; ours ends
+)
+
+// applyRequest is applyScript's call for ws on one node for the
+// operation nonce, in mode: EVALSHA, the script loaded ahead of it on a
+// connection's first use; EVAL for eval.
+func applyRequest(ws []keyWrite, nonce string, mode applyMode, eval bool) *req {
 	keys := make([]string, len(ws))
-	var args [][]byte
+	rel := string('0' + byte(mode))
+	args := [][]byte{[]byte(nonce), []byte(rel), strconv.AppendInt(nil, markerDB, 10), []byte(leasesKey)}
 	for i, w := range ws {
 		keys[i] = w.key
 		parts := w.st.parts
@@ -78,10 +144,10 @@ func applyRequest(ws []keyWrite, eval bool) *req {
 				parts[j], parts[j+1] = w.st.parts[j+1], w.st.parts[j]
 			}
 		}
-		if w.st.typ == "none" {
+		if w.st.typ == "none" || w.st.typ == "keep" {
 			parts = nil
 		}
-		args = append(args, []byte(w.digest), strconv.AppendInt(nil, w.at, 10), []byte(w.st.typ), []byte{w.mode},
+		args = append(args, strconv.AppendInt(nil, int64(w.db), 10), []byte(w.digest), strconv.AppendInt(nil, w.at, 10), []byte(w.st.typ), []byte{w.mode},
 			strconv.AppendInt(nil, w.exp, 10), strconv.AppendInt(nil, int64(len(parts)), 10))
 		args = append(args, parts...)
 	}
@@ -93,14 +159,29 @@ func applyRequest(ws []keyWrite, eval bool) *req {
 	return r
 }
 
-// applyFallback sends applyScript by EVAL to a node that did not know it
-// (NOSCRIPT: it wrote nothing).
-func applyFallback(ws [][]keyWrite) func(int, nodeReply) *req {
+// nodeFinish is what one node is sent when an operation ends there: a
+// commit, a put-back (writes, with release) or a release alone (keys).
+type nodeFinish struct {
+	ws   []keyWrite
+	keys []dbKey
+	mode applyMode
+}
+
+func (f *nodeFinish) request(nonce string, eval bool) *req {
+	if f.ws != nil {
+		return applyRequest(f.ws, nonce, f.mode, eval)
+	}
+	return releaseRequest(f.keys, nonce, eval)
+}
+
+// finishFallback sends a node that did not know lockproxy's script (NOSCRIPT:
+// it did nothing) the same call by EVAL.
+func finishFallback(fs []*nodeFinish, nonce string) func(int, nodeReply) *req {
 	return func(i int, r nodeReply) *req {
-		if r.err != nil || len(r.vals) != 1 || !noScript(r.vals[0]) || ws[i] == nil {
+		if r.err != nil || len(r.vals) != 1 || !noScript(r.vals[0]) || fs[i] == nil {
 			return nil
 		}
-		return applyRequest(ws[i], true)
+		return fs[i].request(nonce, true)
 	}
 }
 
@@ -138,34 +219,32 @@ func putBack(ws []keyWrite, after []keyWrite, old []nodeKey) []keyWrite {
 	out := make([]keyWrite, len(ws))
 	for j, w := range ws {
 		o := old[j]
-		out[j] = keyWrite{key: w.key, digest: after[j].digest, at: after[j].at, st: o.keyState, mode: 'n'}
-		if o.at > 0 {
+		out[j] = keyWrite{db: w.db, key: w.key, digest: after[j].digest, at: after[j].at, st: o.keyState, mode: 'n'}
+		if w.st.typ == "keep" {
+			out[j].st = w.st // only checked: nothing to put back
+		} else if o.at > 0 {
 			out[j].mode, out[j].exp = 'a', o.at
 		}
 	}
 	return out
 }
 
-// runPutBacks sends the put-backs by node (nil: none) and waits for them.
-func (b *Backend) runPutBacks(ctx context.Context, db int, pb [][]keyWrite) {
-	reqs := make([]*req, len(pb))
-	any := false
-	for i, ws := range pb {
-		if ws != nil {
-			reqs[i], any = applyRequest(ws, false), true
+// finish sends each node its nodeFinish (nil: none) and waits for them,
+// whatever ctx says: they end what the operation began on the nodes.
+func (b *Backend) finish(ctx context.Context, db int, key, nonce string, fs []*nodeFinish) []nodeReply {
+	if !slices.ContainsFunc(fs, func(f *nodeFinish) bool { return f != nil }) {
+		return nil
+	}
+	return b.fanout(context.WithoutCancel(ctx), db, key, func(i int) *req {
+		if fs[i] == nil {
+			return nil
 		}
-	}
-	if !any {
-		return
-	}
-	b.fanout(context.WithoutCancel(ctx), db, pb[firstSet(pb)][0].key, func(i int) *req { return reqs[i] }, applyFallback(pb))
+		return fs[i].request(nonce, false)
+	}, finishFallback(fs, nonce))
 }
 
-func firstSet(pb [][]keyWrite) int {
-	for i, ws := range pb {
-		if ws != nil {
-			return i
-		}
-	}
-	return 0
+// finishLater is finish off the caller's path (a release after a commit
+// that succeeded, or from a loop's late reply).
+func (b *Backend) finishLater(db int, key, nonce string, fs []*nodeFinish) {
+	b.late.Go(func() { b.finish(context.Background(), db, key, nonce, fs) })
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,15 +25,43 @@ import (
 // applyScript, lockproxy's own, each bounded by the size of the keys it is
 // given and of the states it writes.
 
-// readScript reads each of KEYS on one node: its type, PTTL, absolute
-// expiry (PEXPIRETIME), the SHA1 of its DUMP (the node's own encoding: the
-// check value a commit compares against, "" for absent) and its value as
-// a list of strings (a string: itself; a hash: field, value …; a set: its
+// readScript leases each of KEYS on one node for the operation, then
+// reads it. ARGV: the operation's nonce, this instance's prefix of
+// nonces, the lease's length in ms, the leases' database and hash
+// (leasesKey), then the database of each key. A key leased by another
+// instance's operation (its lease not expired by the node's clock) makes
+// the node answer "leased", having taken nothing: another writer is
+// between its read and its decision there, and what the node holds may
+// be a write that is put back yet. A lease of this instance's is taken
+// over: the operation holds the key's stripe, so the one before it on the
+// key has decided (its lease's release may still be on its way). Otherwise each key's field
+// in the hash becomes "<nonce>:<expiry>", and each key, in its database
+// (a script's SELECT is its own in Redis 7: the connection's database
+// stays as it was), is read: its type, PTTL, absolute expiry
+// (PEXPIRETIME), the SHA1 of its DUMP (the node's own encoding: the check
+// value a commit compares against, "" for absent) and its value as a list
+// of strings (a string: itself; a hash: field, value …; a set: its
 // members; a list: its items; a sorted set: member, score …). One call
 // per operation, O(size of the keys).
-var readScript = newNodeScript(`local out = {}
+var readScript = newNodeScript(`local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('select', ARGV[4])
+for i = 1, #KEYS do
+  local cur = redis.call('hget', ARGV[5], ARGV[5+i] .. ':' .. KEYS[i])
+  if cur then
+    local sep = string.find(cur, ':', 1, true)
+    if string.sub(cur, 1, #ARGV[2]) ~= ARGV[2] and tonumber(string.sub(cur, sep + 1)) > now then
+      return 'leased'
+    end
+  end
+end
+for i = 1, #KEYS do
+  redis.call('hset', ARGV[5], ARGV[5+i] .. ':' .. KEYS[i], ARGV[1] .. ':' .. (now + tonumber(ARGV[3])))
+end
+local out = {}
 for i = 1, #KEYS do
   local k = KEYS[i]
+  redis.call('select', ARGV[5+i])
   local t = redis.call('type', k).ok
   local v = {}
   if t == 'string' then v = {redis.call('get', k)}
@@ -45,6 +74,13 @@ for i = 1, #KEYS do
   out[i] = {t, redis.call('pttl', k), redis.call('pexpiretime', k), d and redis.sha1hex(d) or '', v}
 end
 return out`)
+
+// leasesKey is the hash, in markerDB beside the horizon marker, of the
+// keys leased by operations between their read and their decision
+// (readScript): field "<db>:<key>", value "<nonce>:<expiry, Unix ms by
+// the node's clock>". Like the marker it is neither listed, counted nor
+// flushed (keyspace.go), and a client cannot reach it.
+const leasesKey = "lockproxy:quorum-leases"
 
 // keyState is a key's value: its type ("none" for absent) and its parts,
 // as readScript lists them.
@@ -61,23 +97,44 @@ type nodeKey struct {
 	digest string // SHA1 of the node's DUMP; "" for absent
 }
 
-// readRequest is readScript's call over keys.
-func readRequest(keys []string) *req {
-	r := &req{load: readScript.ref()}
-	runScript(&r.cmds, readScript, false, keys)
+// dbKey is a key in its database: a script may SELECT.
+type dbKey struct {
+	db  int
+	key string
+}
+
+// readRequest is readScript's call over keys for the operation nonce,
+// leasing them for lease (EVAL for eval).
+func readRequest(keys []dbKey, nonce string, lease time.Duration, eval bool) *req {
+	r := &req{}
+	if !eval {
+		r.load = readScript.ref()
+	}
+	names := make([]string, len(keys))
+	self, _, _ := strings.Cut(nonce, ".")
+	args := [][]byte{[]byte(nonce), []byte(self + "."), strconv.AppendInt(nil, lease.Milliseconds(), 10), strconv.AppendInt(nil, markerDB, 10), []byte(leasesKey)}
+	for i, k := range keys {
+		names[i] = k.key
+		args = append(args, strconv.AppendInt(nil, int64(k.db), 10))
+	}
+	runScript(&r.cmds, readScript, eval, names, args...)
 	return r
 }
 
 // readFallback sends readScript by EVAL to a node that did not know it.
-func readFallback(keys []string) func(int, nodeReply) *req {
+func readFallback(keys []dbKey, nonce string, lease time.Duration) func(int, nodeReply) *req {
 	return func(_ int, r nodeReply) *req {
 		if r.err != nil || len(r.vals) != 1 || !noScript(r.vals[0]) {
 			return nil
 		}
-		nr := &req{}
-		runScript(&nr.cmds, readScript, true, keys)
-		return nr
+		return readRequest(keys, nonce, lease, true)
 	}
+}
+
+// leased reports a node's answer to readRequest that another operation
+// holds a lease there.
+func leased(r nodeReply) bool {
+	return r.err == nil && len(r.vals) == 1 && isStr(r.vals[0]) && string(r.vals[0].Str) == "leased"
 }
 
 // parseRead reads one node's reply to readRequest over n keys; ok is
@@ -155,7 +212,7 @@ func lenPrefixed(b, s []byte) []byte { return append(binary.AppendUvarint(b, uin
 // snapshot is what a majority of the nodes holds for a script's keys, and
 // what each node showed (its check values).
 type snapshot struct {
-	keys  []string
+	keys  []dbKey
 	nodes [][]nodeKey // by node; nil: the node's read failed
 	state []keyState  // by key: the majority's
 	ttl   []int64     // by key: the majority's PTTL (the shortest among it), -1 for none
@@ -174,7 +231,7 @@ func (b *Backend) ttlTolerance(ttl int64) int64 {
 // meaning (keyState.meaning) and on its TTL within ttlTolerance (all
 // without one, or all with one). Otherwise it fails, naming the first key
 // without a majority.
-func (b *Backend) voteSnapshot(keys []string, replies []nodeReply) (*snapshot, error) {
+func (b *Backend) voteSnapshot(keys []dbKey, replies []nodeReply) (*snapshot, error) {
 	s := &snapshot{keys: keys, nodes: make([][]nodeKey, len(replies)), state: make([]keyState, len(keys)),
 		ttl: make([]int64, len(keys))}
 	answered := 0
@@ -185,12 +242,25 @@ func (b *Backend) voteSnapshot(keys []string, replies []nodeReply) (*snapshot, e
 		}
 	}
 	if answered < b.q {
+		busy := 0
+		for _, r := range replies {
+			if leased(r) {
+				busy++
+			}
+		}
+		if busy > 0 && answered+busy >= b.q {
+			return nil, errLeased
+		}
 		return nil, b.errNoQuorum(replies)
 	}
+	busy := slices.ContainsFunc(replies, leased)
 	for j := range keys {
 		if !b.voteKey(s, j) {
+			if busy {
+				return nil, errLeased // the leased nodes may hold what a majority agrees on
+			}
 			return nil, &backend.ReplyError{Reply: fmt.Sprintf(
-				"TRYAGAIN quorum not reached: %d of %d nodes answered, and no %d of them agree on key '%s'", answered, len(replies), b.q, keys[j])}
+				"TRYAGAIN quorum not reached: %d of %d nodes answered, and no %d of them agree on key '%s'", answered, len(replies), b.q, keys[j].key)}
 		}
 	}
 	return s, nil
@@ -247,6 +317,10 @@ func (b *Backend) voteKey(s *snapshot, j int) bool {
 	return false
 }
 
+// errLeased is a read that found too many nodes leased by other
+// operations for a majority: contention, tried again.
+var errLeased = &backend.ReplyError{Reply: "TRYAGAIN quorum not reached: another operation on the script's keys is under way on the nodes"}
+
 // agrees reports whether a node that showed k for key j (a read that
 // came after the vote) holds the snapshot's state: the same value, and a
 // TTL within the tolerance of the majority's.
@@ -267,8 +341,9 @@ func errNotModel(key, typ string) error {
 // after the nodes answered, so a key's deadline here is never before it
 // is on the nodes that agreed: the model finds a key gone only once those
 // nodes do.
-func (s *snapshot) load(sp *model.Space, db int, now int64) error {
-	for j, k := range s.keys {
+func (s *snapshot) load(sp *model.Space, now int64) error {
+	for j, dk := range s.keys {
+		db, k := dk.db, dk.key
 		st := s.state[j]
 		var deadline int64
 		if s.ttl[j] >= 0 {
@@ -415,14 +490,17 @@ func formatScore(f float64) string {
 	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
-// readSnapshot reads keys on every node and votes (voteSnapshot). It ends
-// as soon as the replies so far give a snapshot: a slow node costs
-// nothing. A node heard from later is handed to the snapshot's lateReads:
-// the commit includes it when its read came before the commit was sent,
-// and sends it its own compare-and-set afterwards otherwise (commit).
-func (b *Backend) readSnapshot(ctx context.Context, db int, keys []string) (*snapshot, error) {
-	r := readRequest(keys)
-	o, replies := b.fanoutUntil(ctx, db, keys[0], same(r), readFallback(keys), func(replies []nodeReply) bool {
+// readSnapshot leases and reads keys on every node for the operation
+// nonce, and votes (voteSnapshot). It ends as soon as the replies so far
+// give a snapshot: a slow node costs nothing. A node heard from later is
+// handed to the snapshot's lateReads: the commit includes it when its read
+// came before the commit was sent, and sends it its own compare-and-set
+// afterwards otherwise (commit). leasedOn says, by node, where the read
+// may have taken leases (every node that was sent it and did not answer
+// "leased"), to release them.
+func (b *Backend) readSnapshot(ctx context.Context, db int, keys []dbKey, nonce string, lease time.Duration) (_ *snapshot, leasedOn []bool, _ error) {
+	r := readRequest(keys, nonce, lease, false)
+	o, replies := b.fanoutUntil(ctx, db, keys[0].key, same(r), readFallback(keys, nonce, lease), func(replies []nodeReply) bool {
 		done := 0
 		for _, nr := range replies {
 			if nr.done {
@@ -435,10 +513,14 @@ func (b *Backend) readSnapshot(ctx context.Context, db int, keys []string) (*sna
 		_, err := b.voteSnapshot(keys, replies)
 		return err == nil
 	})
+	leasedOn = make([]bool, len(replies))
+	for i, nr := range replies {
+		leasedOn[i] = nr.err != errNotSent && nr.err != errQuarantined && !leased(nr)
+	}
 	s, err := b.voteSnapshot(keys, replies)
 	if err != nil {
 		o.onLate(func(int, []backend.Value, error) {})
-		return nil, err
+		return nil, leasedOn, err
 	}
 	s.late = &lateReads{nodes: make([][]nodeKey, len(replies))}
 	o.onLate(func(i int, vals []backend.Value, err error) {
@@ -446,7 +528,7 @@ func (b *Backend) readSnapshot(ctx context.Context, db int, keys []string) (*sna
 			s.late.put(i, nk)
 		}
 	})
-	return s, nil
+	return s, leasedOn, nil
 }
 
 // lateReads are the reads of the nodes heard from after the snapshot was
@@ -470,10 +552,21 @@ func (l *lateReads) put(i int, nk []nodeKey) {
 	}
 }
 
-// take returns the reads kept so far and hands those to come to then.
-func (l *lateReads) take(then func(i int, nk []nodeKey)) [][]nodeKey {
+// take hands the reads to come to then, and returns those kept so far
+// (with keep) or hands them to then too.
+func (l *lateReads) take(then func(i int, nk []nodeKey), keep bool) [][]nodeKey {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.then = then
-	return l.nodes
+	kept := l.nodes
+	l.nodes = make([][]nodeKey, len(kept))
+	l.mu.Unlock()
+	if keep {
+		return kept
+	}
+	for i, nk := range kept {
+		if nk != nil {
+			then(i, nk)
+		}
+	}
+	return nil
 }

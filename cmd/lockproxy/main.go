@@ -228,7 +228,7 @@ func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger) (backen
 		timeout, _ := parseDuration(cfg.QuorumTimeout)
 		nodes := cfg.nodes()
 		qc := quorum.Config{Nodes: nodes, NodeTimeout: timeout, Logger: log,
-			Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log})}
+			Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log}), ScriptTimeLimit: scriptLimit}
 		tc, err := cfg.quorumTLS()
 		if err != nil {
 			return nil, nil, fmt.Errorf("quorum-tls: %w", err)
