@@ -222,7 +222,7 @@ func (b *Backend) modelRound(ctx context.Context, db int, s backend.Script, keys
 	}
 	if len(read) > 0 {
 		var err error
-		snap, leasedOn, err = b.readSnapshot(ctx, db, read, nonce, b.lease())
+		snap, leasedOn, err = b.readSnapshot(ctx, db, read, nonce, b.lease(), false)
 		if err != nil {
 			fs := make([]*nodeFinish, len(b.nodes))
 			for i := range fs {
@@ -490,7 +490,9 @@ func (b *Backend) commit(ctx context.Context, db int, snap *snapshot, read []dbK
 	}, finishFallback(fs, nonce), certain)
 	elapsed := time.Since(start)
 	applied, refusals, failures := 0, 0, 0
-	stale := false // a node read refused: it is brought level afterwards (resync)
+	// A node read that refused, or one another operation had leased (not
+	// read, so not written), is brought level afterwards (resync).
+	stale := slices.Contains(snap.busy, true)
 	afters := make([][]keyWrite, n)
 	pending := make([]bool, n)
 	for i, r := range replies {
@@ -610,7 +612,7 @@ func (b *Backend) resync(db int, keys []dbKey) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*b.cfg.NodeTimeout)
 	defer cancel()
 	nonce := b.newNonce()
-	snap, leasedOn, err := b.readSnapshot(ctx, db, keys, nonce, b.lease())
+	snap, leasedOn, err := b.readSnapshot(ctx, db, keys, nonce, b.lease(), true) // every node: the ones behind are the point
 	fs := make([]*nodeFinish, len(b.nodes))
 	for i := range fs {
 		if leasedOn[i] {

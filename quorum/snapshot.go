@@ -217,6 +217,7 @@ type snapshot struct {
 	state []keyState  // by key: the majority's
 	ttl   []int64     // by key: the majority's PTTL (the shortest among it), -1 for none
 	late  *lateReads  // the nodes heard from after it was decided (readSnapshot)
+	busy  []bool      // by node: it answered "leased" (readScript), so it was not read
 }
 
 // ttlTolerance is how far apart two nodes' PTTLs of one value may be and
@@ -495,12 +496,13 @@ func formatScore(f float64) string {
 // give a snapshot: a slow node costs nothing. A node heard from later is
 // handed to the snapshot's lateReads: the commit includes it when its read
 // came before the commit was sent, and sends it its own compare-and-set
-// afterwards otherwise (commit). leasedOn says, by node, where the read
+// afterwards otherwise (commit). With all it waits for every node (or its
+// timeout) instead. leasedOn says, by node, where the read
 // may have taken leases (every node that was sent it and did not answer
 // "leased"), to release them.
-func (b *Backend) readSnapshot(ctx context.Context, db int, keys []dbKey, nonce string, lease time.Duration) (_ *snapshot, leasedOn []bool, _ error) {
+func (b *Backend) readSnapshot(ctx context.Context, db int, keys []dbKey, nonce string, lease time.Duration, all bool) (_ *snapshot, leasedOn []bool, _ error) {
 	r := readRequest(keys, nonce, lease, false)
-	o, replies := b.fanoutUntil(ctx, db, keys[0].key, same(r), readFallback(keys, nonce, lease), func(replies []nodeReply) bool {
+	certain := func(replies []nodeReply) bool {
 		done := 0
 		for _, nr := range replies {
 			if nr.done {
@@ -512,7 +514,11 @@ func (b *Backend) readSnapshot(ctx context.Context, db int, keys []dbKey, nonce 
 		}
 		_, err := b.voteSnapshot(keys, replies)
 		return err == nil
-	})
+	}
+	if all {
+		certain = nil // every node, or its timeout
+	}
+	o, replies := b.fanoutUntil(ctx, db, keys[0].key, same(r), readFallback(keys, nonce, lease), certain)
 	leasedOn = make([]bool, len(replies))
 	for i, nr := range replies {
 		leasedOn[i] = nr.err != errNotSent && nr.err != errQuarantined && !leased(nr)
@@ -523,6 +529,10 @@ func (b *Backend) readSnapshot(ctx context.Context, db int, keys []dbKey, nonce 
 		return nil, leasedOn, err
 	}
 	s.late = &lateReads{nodes: make([][]nodeKey, len(replies))}
+	s.busy = make([]bool, len(replies))
+	for i, nr := range replies {
+		s.busy[i] = leased(nr)
+	}
 	o.onLate(func(i int, vals []backend.Value, err error) {
 		if nk, ok := parseRead(nodeReply{vals: vals, err: err, done: true}, len(keys)); ok {
 			s.late.put(i, nk)
