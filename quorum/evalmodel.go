@@ -19,31 +19,39 @@ import (
 // model (SPEC §3, docs/quorum.md "What runs where"), in rounds:
 //
 //  1. read: its keys' stripes are held (this instance's other operations
-//     on them wait), and one readScript call per node reads the keys'
-//     states (snapshot.go); Q nodes agreeing on every key make the
-//     snapshot, else TRYAGAIN before anything is written;
+//     on them wait), and one readScript call per node leases the keys
+//     there and reads their states (snapshot.go); Q nodes agreeing on
+//     every key make the snapshot, else TRYAGAIN before anything is
+//     written. A node another instance's operation has leased takes no
+//     part (it may hold a write about to be put back);
 //  2. run: the script runs in luascripts' sandbox (the Runner memory and
 //     postgres use: the same time limit and libraries) on a model.Space
 //     loaded with the snapshot, at one stopped clock. A key it reaches
-//     that was not read (named in ARGV, found by KEYS) stops the run:
+//     that was not read (named in ARGV, after a SELECT) stops the run:
 //     nothing is written, and the round starts again with that key read
 //     too;
 //  3. commit: when it changed something, each node that was read gets
-//     one applyScript call (commit.go) that writes the keys' new states
-//     only if each still has the check value read there. Q nodes applying
-//     make the script's reply the client's;
+//     one applyScript call (commit.go) that writes the changed keys' new
+//     states only while it holds the lease and every key read still has
+//     the check value read there. Q nodes that showed the snapshot's
+//     state applying make the script's reply the client's;
 //  4. put back: with fewer, every node that applied gets applyScript
 //     again, back to what it showed before, only while it still holds
-//     what the commit wrote; a commit that lost to another writer (every
-//     node answered) is run again from a fresh read, a few times, and then
-//     the client gets TRYAGAIN — which means the script had no effect.
+//     what the commit wrote; a commit that lost to another writer, and a
+//     read that found the keys leased, run again after a short pause, a
+//     few times, and then the client gets TRYAGAIN — which means the
+//     script had no effect;
+//  5. release: the leases end, off the client's path after a success,
+//     with the put-backs after a failure. A node that could not be
+//     written (it refused, or was leased) is brought level by a resync.
 //
 // A script that changed nothing costs one round trip (the read); one that
-// wrote costs two. Two instances' commits meet on a node in some order,
-// and the check lets only the first through there: at most one of them
-// reaches a majority. A node that holds an older state (it missed a
-// commit) is brought up to date by the next commit, which writes the
-// whole state of each key it changes over whatever that node showed.
+// wrote costs two (and a release call per node after the reply). Leases
+// keep two instances' operations on a key from overlapping on a majority,
+// and the check values keep any other writer's change from being written
+// over. A node that holds an older state (it missed a commit) is brought
+// up to date by the next commit, which writes the whole state of each key
+// it changes over whatever that node showed, without counting it.
 
 // modelRounds bounds the rounds of one script: each key it reaches at run
 // time that was not read costs a round.

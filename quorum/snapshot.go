@@ -21,9 +21,9 @@ import (
 // keys' states are read from the nodes (this file), the script runs once
 // on a model.Space built from the state a majority agrees on, and what it
 // changed is committed to each node by compare-and-set (commit.go;
-// evalmodel.go puts it together). The nodes run only readScript and
-// applyScript, lockproxy's own, each bounded by the size of the keys it is
-// given and of the states it writes.
+// evalmodel.go puts it together). The nodes run only readScript,
+// applyScript and releaseScript, lockproxy's own, each bounded by the size
+// of the keys it is given and of the states it writes.
 
 // readScript leases each of KEYS on one node for the operation, then
 // reads it. ARGV: the operation's nonce, this instance's prefix of
