@@ -137,6 +137,9 @@ func monitor(t *testing.T, node *testsrv.Redis) (stop func(want map[string]int64
 // command per node), an extend the script and a PTTL per key, and an
 // acquire keeps its reads before and after. Nothing knows these texts:
 // a reworded release no library sends takes the one-command path too.
+// Scripts that are not a lock's by their shape (bsm/redislock's PTTL read,
+// node redlock 4's two-key extend) run on the model: each node sees only
+// lockproxy's read, commit and release, never the script.
 func TestClientScriptsWatch(t *testing.T) {
 	const (
 		alone     = iota // EVALSHA only
