@@ -168,7 +168,7 @@ func (c Class) String() string {
 }
 
 // kind is c without its values mark.
-func (c Class) kind() Class { return c &^ valuesBit }
+func (c Class) kind() Class { return c &^ (valuesBit | lockBit) }
 
 // CreatesNothing reports whether no run of the script, in any key space,
 // with any KEYS and ARGV, can create a key: ReadOnly, Release and Extend.
@@ -197,6 +197,58 @@ const (
 	probeTTL = int64(10_000)
 )
 
+// lockBit marks, in the Classes' cache only, an Acquire that is a lock's
+// acquire by its shape (Classes.Lock); Classify and Of never return it.
+const lockBit Class = 0x40
+
+// lockCommands are the commands a lock's acquire sends: it reads its keys,
+// writes tokens (SET, SETNX, MSET, MSETNX) and expiries, and deletes. No
+// counter (INCR …), no APPEND or SETRANGE, no value of another type.
+var lockCommands = map[string]bool{
+	"get": true, "mget": true, "exists": true, "pttl": true, "ttl": true, "getrange": true, "strlen": true,
+	"set": true, "setnx": true, "mset": true, "msetnx": true,
+	"pexpire": true, "expire": true, "pexpireat": true, "expireat": true, "persist": true,
+	"del": true, "unlink": true, "delifeq": true, "delex": true, "ping": true, "echo": true,
+}
+
+// lockOnly reports whether every command in cmds is a lock's (lockCommands).
+func (cmds commandSet) lockOnly() bool {
+	for c := range cmds {
+		if !lockCommands[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// tokensOnly reports whether, in every probe state, the script leaves each
+// key it writes absent or holding one of its ARGV: what it writes is a
+// token the caller chose, never a value computed from what it read (a
+// counter kept with GET and SET, which from "1" writes "2").
+func tokensOnly(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte) bool {
+	for _, st := range probeStates(len(keys), args) {
+		sp := &model.Space{}
+		for i, e := range st {
+			if e != nil {
+				sp.Put(0, keys[i], *e)
+			}
+		}
+		rc := &probeCaller{keys: keys, inner: keycmd.ScriptCaller{KS: &model.View{Now: probeNow, Spaces: []*model.Space{sp}}}}
+		if _, err := r.Run(ctx, s, keys, args, rc); err != nil || !rc.ok() {
+			return false
+		}
+		for i, k := range keys {
+			after, live := sp.Get(0, k, probeNow)
+			before := st[i]
+			unchanged := before != nil && live && bytes.Equal(after.Token, before.Token)
+			if live && !unchanged && !isArg(after.Token, args) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // probeForeign is the token of a lock held by someone else in a probe.
 var probeForeign = []byte("lockproxy:probe:foreign-token")
 
@@ -216,7 +268,7 @@ const maxProbeKeys = 8
 // KEYS, ARGV and the keys' contents.
 func Classify(ctx context.Context, r *Runner, s backend.Script, keys []string, args [][]byte) Class {
 	c, _ := classify(ctx, r, s, keys, args)
-	return c
+	return c &^ lockBit
 }
 
 // classify is Classify; timedOut reports that a probe ran out of time (its
@@ -243,6 +295,8 @@ func classify(ctx context.Context, r *Runner, s backend.Script, keys []string, a
 		values = valuesBit
 	}
 	switch {
+	case created && !timedOut && values == 0 && known && cmds.lockOnly() && tokensOnly(ctx, r, s, keys, args):
+		return Acquire | lockBit, false
 	case created:
 		return Acquire | values, false
 	case !clean:
@@ -445,6 +499,9 @@ type Classes struct {
 	made  atomic.Pointer[Runner] // runner's, once made: read on hot paths without once.Do
 	mu    sync.RWMutex
 	known map[classKey]Class
+	// By SHA1, for Lock: scripts whose text rules out a lock script, and
+	// those whose text does not.
+	others, lockish map[string]struct{}
 }
 
 type classKey struct {
@@ -468,8 +525,39 @@ const classifyBudget = time.Second
 // that one client giving up cannot leave a script classified Other for
 // everyone.
 func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args [][]byte) Class {
+	cl, _ := c.of(ctx, s, keys, args)
+	return cl
+}
+
+// Lock is Of, and reports besides whether the call is a lock's acquire by
+// its shape: an Acquire whose text sends only lock commands (GET, SET,
+// MSETNX, PEXPIRE, DEL and the like: no counter, no value of another type)
+// and that, in every probe state, leaves each key it writes absent or
+// holding one of its ARGV. Node redlock's and bsm/redislock's acquires
+// are; a counter (INCR, or GET then SET of a sum) is not. The quorum
+// backend keeps its one-round-trip path for these (quorum/classify.go).
+//
+// A script whose text can send a command no lock script sends (INCR,
+// HSET, TIME …), or whose commands cannot be read off its text, is
+// answered Other at once, without probes: its class would not make it a
+// lock script, and the quorum backend runs it on the model either way.
+func (c *Classes) Lock(ctx context.Context, s backend.Script, keys []string, args [][]byte) (_ Class, lock bool) {
 	if s.Src == "" {
-		return Other
+		return Other, false
+	}
+	if s.SHA1 == "" {
+		s.SHA1 = SHA1(s.Src)
+	}
+	if c.notLock(s) {
+		return Other, false
+	}
+	return c.of(ctx, s, keys, args)
+}
+
+// of is Of with Lock's second answer.
+func (c *Classes) of(ctx context.Context, s backend.Script, keys []string, args [][]byte) (_ Class, lock bool) {
+	if s.Src == "" {
+		return Other, false
 	}
 	if s.SHA1 == "" {
 		s.SHA1 = SHA1(s.Src)
@@ -479,13 +567,13 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 	cl, ok := c.known[k]
 	c.mu.RUnlock()
 	if ok {
-		return c.call(ctx, cl, s, keys, args)
+		return c.call(ctx, cl&^lockBit, s, keys, args), cl&lockBit != 0
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), classifyBudget)
 	cl, timedOut := classify(cctx, c.runner(), s, keys, args)
 	cancel()
 	if timedOut {
-		return Other // this call is watched; the next one classifies again
+		return Other, false // this call is watched; the next one classifies again
 	}
 	c.mu.Lock()
 	if c.known == nil || len(c.known) >= maxClasses {
@@ -493,7 +581,7 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 	}
 	c.known[k] = cl
 	c.mu.Unlock()
-	return c.call(ctx, cl, s, keys, args)
+	return c.call(ctx, cl&^lockBit, s, keys, args), cl&lockBit != 0
 }
 
 // Cached returns the class of this call as Of would, when that needs no
@@ -501,16 +589,60 @@ func (c *Classes) Of(ctx context.Context, s backend.Script, keys []string, args 
 // call is checked on the model). For callers that must not run Lua in
 // place, such as an event loop; ok false sends them to Of.
 func (c *Classes) Cached(s backend.Script, keys []string, args [][]byte) (Class, bool) {
+	cl, _, ok := c.cached(s, keys, args, false)
+	return cl, ok
+}
+
+// CachedLock is Lock from the cache, as Cached is Of.
+func (c *Classes) CachedLock(s backend.Script, keys []string, args [][]byte) (_ Class, lock, ok bool) {
+	return c.cached(s, keys, args, true)
+}
+
+func (c *Classes) cached(s backend.Script, keys []string, args [][]byte, forLock bool) (_ Class, lock, ok bool) {
 	if s.Src == "" || s.SHA1 == "" {
-		return Other, false
+		return Other, false, false
 	}
 	c.mu.RLock()
 	cl, ok := c.known[classKey{s.SHA1, len(keys), len(args)}]
+	_, other := c.others[s.SHA1]
 	c.mu.RUnlock()
-	if !ok || cl.kind() == Guarded {
-		return Other, false
+	if forLock && other {
+		return Other, false, true
 	}
-	return cl, true
+	if !ok || cl.kind() == Guarded {
+		return Other, false, false
+	}
+	return cl &^ lockBit, cl&lockBit != 0, true
+}
+
+// notLock reports whether s's text rules out a lock script (Lock),
+// remembering the answer by SHA1.
+func (c *Classes) notLock(s backend.Script) bool {
+	c.mu.RLock()
+	_, other := c.others[s.SHA1]
+	_, seen := c.lockish[s.SHA1]
+	c.mu.RUnlock()
+	if other || seen {
+		return other
+	}
+	cmds, known, _ := analyse(s.Src)
+	other = !known
+	for name := range cmds {
+		if !lockCommands[name] && name != "publish" {
+			other = true
+		}
+	}
+	c.mu.Lock()
+	if c.others == nil || len(c.others)+len(c.lockish) >= maxClasses {
+		c.others, c.lockish = make(map[string]struct{}), make(map[string]struct{})
+	}
+	if other {
+		c.others[s.SHA1] = struct{}{}
+	} else {
+		c.lockish[s.SHA1] = struct{}{}
+	}
+	c.mu.Unlock()
+	return other
 }
 
 // runner returns c.Runner, made on first use when nil. (Not on a cache

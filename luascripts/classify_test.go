@@ -330,3 +330,44 @@ func TestClassifyWritesValues(t *testing.T) {
 		}
 	}
 }
+
+// TestClassesLock: every acquire the lock libraries send is a lock's by
+// its shape (the quorum backend's one-round-trip path), with one key and
+// with two; counters and scripts that write values of their own making
+// are not, whatever their class.
+func TestClassesLock(t *testing.T) {
+	for _, cs := range clientScripts {
+		src, err := os.ReadFile("../tests/testdata/scripts/" + cs.file + ".lua")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c Classes
+		for _, keys := range [][]string{{"k1"}, {"k1", "k2"}} {
+			s := backend.Script{Src: string(src), SHA1: SHA1(string(src))}
+			cl, lock := c.Lock(t.Context(), s, keys, bytesOf(cs.args))
+			if want := cs.want == Acquire; lock != want {
+				t.Errorf("Lock(%s, %d keys) = %s, %v; want lock %v", cs.file, len(keys), cl, lock, want)
+			}
+			if ccl, clock, ok := c.CachedLock(s, keys, bytesOf(cs.args)); ok && (ccl != cl || clock != lock) {
+				t.Errorf("CachedLock(%s, %d keys) = %s, %v; Lock said %s, %v", cs.file, len(keys), ccl, clock, cl, lock)
+			}
+		}
+	}
+	for _, src := range []string{
+		`local v = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], ARGV[1]) return v`,
+		`local v = tonumber(redis.call('GET', KEYS[1]) or '0') + 1 redis.call('SET', KEYS[1], v, 'PX', ARGV[1]) return v`,
+		`local v = tonumber(redis.call('GET', KEYS[1]) or '0') + 1 redis.call('SET', KEYS[1], v) return v`,
+		`redis.call('SET', KEYS[1], ARGV[1], 'NX') return redis.call('INCRBY', KEYS[1], ARGV[2])`,
+		`redis.call('HSET', KEYS[1], ARGV[1], 1) return 1`,
+		`redis.call('SET', KEYS[1], redis.call('TIME')[1]) return 1`,
+	} {
+		var c Classes
+		s := backend.Script{Src: src, SHA1: SHA1(src)}
+		if cl, lock := c.Lock(t.Context(), s, []string{"k"}, bytesOf([]string{"1", "1"})); lock {
+			t.Errorf("Lock(%q) = %s, true; want no lock", src, cl)
+		}
+		if got := Classify(t.Context(), New(Config{}), s, []string{"k"}, bytesOf([]string{"1", "1"})); got&lockBit != 0 {
+			t.Errorf("Classify(%q) = %s: the lock mark leaked", src, got)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package quorum
 
 import (
-	"context"
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
@@ -31,39 +30,33 @@ const (
 	watchValues
 )
 
-// watchOf decides how a script call is watched on the nodes: by what the
-// script does (luascripts.Classify: the commands it can send, then probes
-// on the lock model), never by its text or SHA1. A script that may create
-// a key, or that the classifier cannot vouch for, is watched in full.
-// Every path that runs scripts on the nodes asks this one method.
+// onNodes reports whether a script call of class cl (lock: Classes.Lock)
+// keeps the lock path, where the nodes run it: an owner-checked release
+// or extend, which creates nothing and changes only keys holding one of
+// its ARGV, or an acquire that writes only tokens from its ARGV, by its
+// shape. Everything else — counters, values of other types, reads, TIME,
+// keyless scripts, whatever the classifier cannot vouch for — runs on the
+// model (evalmodel.go). Classification is by what the script does, never
+// by its text or SHA1 (luascripts/classify.go).
 //
 // Its cost: a cache hit is ~100ns, no allocation; the first call of a
 // script with given numbers of KEYS and ARGV classifies it (a parse and
-// up to 64 probe runs on the model: ~0.5ms for bsm/redislock's release
-// with two keys; a script that runs long stops at its first probe's
-// 250ms limit, and all probes together get 1s); each call of a Guarded
-// script (node redlock's extend) runs it once on the model (~8µs; one
-// that loops costs that call up to 250ms). The event loops never pay
-// that: they ask watchCached, and a call it cannot answer is made as a
-// blocking call (on the Backend's own loops), which classifies.
-func (b *Backend) watchOf(ctx context.Context, s backend.Script, keys []string, args [][]byte, ro bool) scriptWatch {
-	if ro || len(keys) == 0 {
-		return watchNone
+// up to 64 probe runs on the model, more for an acquire's token check;
+// all probes together get 1s); each call of a Guarded script (node
+// redlock's extend) runs it once on the model (~8µs). The event loops
+// never pay that: they ask Classes.CachedLock, and a call it cannot
+// answer is made as a blocking call, which classifies.
+func onNodes(cl luascripts.Class, lock bool) bool {
+	switch cl {
+	case luascripts.Release, luascripts.Extend:
+		return true
+	case luascripts.Acquire:
+		return lock
 	}
-	return watchFor(b.classes.Of(ctx, s, keys, args))
+	return false
 }
 
-// watchCached is watchOf without running any Lua: ok is false when the
-// script's class is not known yet, or its call needs a run on the model
-// (Guarded).
-func (b *Backend) watchCached(s backend.Script, keys []string, args [][]byte, ro bool) (w scriptWatch, ok bool) {
-	if ro || len(keys) == 0 {
-		return watchNone, true
-	}
-	c, ok := b.classes.Cached(s, keys, args)
-	return watchFor(c), ok
-}
-
+// watchFor is how a script on the lock path is watched on the nodes.
 func watchFor(c luascripts.Class) scriptWatch {
 	switch {
 	case c.WritesValues():

@@ -3,7 +3,16 @@
 // clients that know nothing of Redlock. docs/quorum.md is the operator's
 // account; the rules below are what the code keeps.
 //
-//   - An acquire (SET … NX with an expiry, or a script seen to create a
+//   - No client script runs on a node (evalmodel.go): a script runs once,
+//     in lockproxy, on a model.Space loaded from the state Q nodes agree on
+//     (read with leases, snapshot.go), and what it changed is committed by
+//     a compare-and-set per node (commit.go); fewer than Q nodes that
+//     showed that state applying is a TRYAGAIN with what was applied put
+//     back. The nodes run only lockproxy's own scripts and commands, each
+//     O(keys + states). Recognised lock scripts (an owner-checked release
+//     or extend, an acquire writing only tokens from its ARGV:
+//     classify.go) keep a one-round-trip path on which the nodes run them.
+//   - An acquire (SET … NX with an expiry, or a lock script seen to create a
 //     key) answers OK only when Q nodes wrote and the time it took plus the
 //     drift allowance (TTL·DriftFactor + DriftConst, Go's monotonic clock)
 //     is below the TTL; nil only when N−Q+1 nodes said the key is held;
@@ -18,11 +27,12 @@
 //     repaired there (below), never deleted blind — other nodes may have run
 //     it late too, and a read may have seen it. Undos before the answer are
 //     owner-checked deletes and go only to nodes that said they wrote, never
-//     to one that refused: values are not always unique. A script that may
-//     write a hash, a sorted set, a set or a list is watched by value
-//     instead (values.go): where its reply is not the one the client was
-//     told, what it changed is put back to the node's state before it,
-//     only while nothing else changed the key since (late replies too).
+//     to one that refused: values are not always unique. A write of a
+//     hash, a sorted set, a set or a list sent as a command is watched by
+//     value instead (values.go): where its reply is not the one the
+//     client was told, what it changed is put back to the node's state
+//     before it, only while nothing else changed the key since (late
+//     replies too).
 //   - This proxy's operations on one key are sent one at a time: each
 //     holds its keys' stripes from send to decision (stripe.go). Every
 //     node runs the writes of a key in the order they were decided: a

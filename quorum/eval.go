@@ -12,32 +12,38 @@ import (
 	"github.com/lockproxy/lockproxy/resp"
 )
 
-// Eval implements backend.Backend: the script runs on every node (EVALSHA,
-// EVAL when a node does not know it) and the reply Q nodes agree on is
-// returned.
+// Eval implements backend.Backend. A client's script runs once, in
+// lockproxy, on the model (evalmodel.go): its keys read from the nodes,
+// its changes committed by compare-and-set. The nodes never run it.
 //
-// Scripts that acquire are recognised by what they do, not by their SHA1:
-// each node reads the script's KEYS just before and just after it, in the
-// same pipeline, and reports the keys the script created (absent before,
-// holding one of the script's ARGV after). A key created on fewer than Q
-// nodes, or on any node when no reply reached a majority, is removed again
-// on those nodes with an owner-checked delete: a failed acquire leaves
-// nothing behind, as an undone SET NX does.
+// The one exception is a lock script recognised by what it does
+// (onNodes, classify.go): an owner-checked release or extend, or an
+// acquire that writes only tokens from its ARGV (node redlock's,
+// bsm/redislock's multi-key acquires). Those keep the one-round-trip path
+// below, where each node runs the script and the reply Q nodes agree on
+// is returned.
 //
-// A script that may write a value beyond strings (a semaphore's sorted
-// set, a hash lock) is watched by value instead (values.go): each node runs
-// it in a transaction with each key's DUMP before and after it, and what
-// it changed on the nodes that do not count is put back, owner-checked.
-//
-// A script that can create nothing (watchOf, classify.go) is not watched:
-// a release is one command per node, an extend the script and a PTTL per
-// key (for the restart quarantine).
+// On that path, an acquire is watched: each node reads the script's KEYS
+// just before and just after it, in the same pipeline, and reports the
+// keys the script created (absent before, holding one of the script's
+// ARGV after). A key created on fewer than Q nodes, or on any node when
+// no reply reached a majority, is removed again on those nodes with an
+// owner-checked delete: a failed acquire leaves nothing behind, as an
+// undone SET NX does. A release is one command per node, an extend the
+// script and a PTTL per key (for the restart quarantine).
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
 	refused, publishes := b.classes.Refusal(s)
 	if refused != nil {
 		return backend.Value{}, refused // beyond the lock model: refused as on every backend (luascripts/refuse.go)
 	}
-	return b.runEval(ctx, db, s, keys, args, ro, b.watchOf(ctx, s, keys, args, ro), publishes)
+	if ro || len(keys) == 0 {
+		return b.evalModel(ctx, db, s, keys, args, ro)
+	}
+	cl, lock := b.classes.Lock(ctx, s, keys, args)
+	if !onNodes(cl, lock) {
+		return b.evalModel(ctx, db, s, keys, args, ro)
+	}
+	return b.runEval(ctx, db, s, keys, args, ro, watchFor(cl), publishes)
 }
 
 // runEval runs a script watched by w on one of the Backend's own loops and

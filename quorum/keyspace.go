@@ -20,11 +20,11 @@ import (
 // (model.Scan: hash order, so a cursor means the same on every call).
 
 // listKeys is the script each node runs to list its keys of a database
-// with their types, leaving out the marker (ARGV[2] names it, in its
-// database).
+// with their types, leaving out the marker and the leases' hash (ARGV[2]
+// and ARGV[3] name them, in their database).
 const listKeys = `local out = {}
 for _, k in ipairs(redis.call('keys', ARGV[1])) do
-  if k ~= ARGV[2] then
+  if k ~= ARGV[2] and k ~= ARGV[3] then
     out[#out+1] = k
     out[#out+1] = redis.call('type', k)['ok']
   end
@@ -39,7 +39,7 @@ const flushKeys = `local function flush(db)
   redis.call('select', db)
   if db == tonumber(ARGV[3]) then
     for _, k in ipairs(redis.call('keys', '*')) do
-      if k ~= ARGV[4] then redis.call('del', k) end
+      if k ~= ARGV[4] and k ~= ARGV[5] then redis.call('del', k) end
     end
   elseif ARGV[2] ~= '' then
     redis.call('flushdb', ARGV[2])
@@ -95,7 +95,7 @@ func (b *Backend) keyspaceCommand(ctx context.Context, db int, name string, args
 		if len(args) == 2 {
 			opt = strings.ToLower(string(args[1]))
 		}
-		replies := b.do(ctx, db, "eval", flushKeys, "0", which, opt, strconv.Itoa(markerDB), markerKey)
+		replies := b.do(ctx, db, "eval", flushKeys, "0", which, opt, strconv.Itoa(markerDB), markerKey, leasesKey)
 		if _, err := b.voteReply(replies); err != nil {
 			return backend.Value{}, err, true
 		}
@@ -107,11 +107,11 @@ func (b *Backend) keyspaceCommand(ctx context.Context, db int, name string, args
 // majorityKeys lists the keys of db matching pattern that Q nodes hold
 // with the same type, sorted.
 func (b *Backend) majorityKeys(ctx context.Context, db int, pattern string) ([]model.KeyType, error) {
-	marker := ""
+	marker, leases := "", ""
 	if db == markerDB {
-		marker = markerKey
+		marker, leases = markerKey, leasesKey
 	}
-	replies := b.do(ctx, db, "eval", listKeys, "0", pattern, marker)
+	replies := b.do(ctx, db, "eval", listKeys, "0", pattern, marker, leases)
 	count := map[model.KeyType]int{}
 	answered := 0
 	for _, r := range replies {

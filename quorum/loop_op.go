@@ -559,25 +559,29 @@ func (ql *qloop) StartSet(h *backend.Holder, db int, key string, token []byte, o
 	return true
 }
 
-// StartEval implements backend.LoopBackend for a script whose class is
-// known (watchCached; a script's first call, which classifies it, and a
-// Guarded script's call, which runs it on the model, are blocking calls,
-// run on the Backend's own loops). It sends what Eval sends — the script alone, with each key's
-// PTTL after an extend, with the reads around an acquire — and decides by
-// the same rules (evalOutcome). Like every lock operation it holds its
+// StartEval implements backend.LoopBackend for a lock script whose class
+// is known (Classes.CachedLock, onNodes; a script's first call, which
+// classifies it, a Guarded script's call, which runs it on the model, and
+// every script that runs on the model (evalmodel.go) are blocking calls,
+// made off the loop). It sends what Eval sends — the script alone, with
+// each key's PTTL after an extend, with the reads around an acquire — and
+// decides by the same rules (evalOutcome). Like every lock operation it holds its
 // keys' stripes (stripe.go) from send until decided and undone, queued on
 // its loop while another operation holds them.
 func (ql *qloop) StartEval(h *backend.Holder, db int, s backend.Script, keys []string, args [][]byte, ro bool, deadline time.Time, done func(backend.Value, error)) bool {
 	refused, publishes, read := ql.b.classes.RefusalCached(s)
-	w, ok := ql.b.watchCached(s, keys, args, ro)
-	switch {
-	case !read || !ok || !ql.usable(db):
-		return false
-	case refused != nil:
+	if ro || len(keys) == 0 || !read || !ql.usable(db) {
+		return false // a script on the model runs off the loop (Eval)
+	}
+	if refused != nil {
 		ql.exec(func() { done(backend.Value{}, refused) })
 		return true
 	}
-	ql.startEval(h, db, s, keys, args, ro, w, publishes, deadline, done)
+	cl, lock, ok := ql.b.classes.CachedLock(s, keys, args)
+	if !ok || !onNodes(cl, lock) {
+		return false
+	}
+	ql.startEval(h, db, s, keys, args, ro, watchFor(cl), publishes, deadline, done)
 	return true
 }
 

@@ -275,25 +275,23 @@ func TestLoopNoScriptFallback(t *testing.T) {
 	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
 	ctx := t.Context()
 	direct := directClients(t, nodes)
-	// Warm up with a script that has no keys (it runs on the loop and
-	// grants no TTL: the restart below then costs no quarantine, and the
-	// restarted node votes).
-	deadline := time.Now().Add(5 * time.Second)
-	for before := b.LoopOps(); b.LoopOps() == before; {
-		c.Eval(ctx, "return 1", nil)
-		if time.Now().After(deadline) {
-			t.Fatal("the loop path never took a script")
-		}
-		time.Sleep(5 * time.Millisecond) // polling for a connection set up off the loop
-	}
 	sha, err := c.ScriptLoad(ctx, releaseSrc).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A script's first call classifies it as a blocking call (no Lua runs
-	// on a loop); later calls of a release are the loop's.
-	if err := c.EvalSha(ctx, sha, []string{"lock"}, "tok").Err(); err != nil {
-		t.Fatal(err)
+	// Warm up with a release of a key nobody holds (it grants no TTL: the
+	// restart below then costs no quarantine, and the restarted node
+	// votes). A script's first call classifies it as a blocking call (no
+	// Lua runs on a loop); later calls of a release are the loop's.
+	deadline := time.Now().Add(5 * time.Second)
+	for before := b.LoopOps(); b.LoopOps() == before; {
+		if err := c.EvalSha(ctx, sha, []string{"lock"}, "tok").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the loop path never took a script")
+		}
+		time.Sleep(5 * time.Millisecond) // polling for a connection set up off the loop
 	}
 
 	nodes[0].Restart()
@@ -645,29 +643,28 @@ func TestLoopEnrolledNeverOpened(t *testing.T) {
 	}
 }
 
-// A script sent by EVAL whose source the proxy has not seen is compiled
-// off the front end's loops (its first call is a blocking call, as an
-// EVALSHA that needs classifying is); later calls run on the loop.
+// A lock script sent by EVAL whose source the proxy has not seen is
+// compiled off the front end's loops (its first call is a blocking call,
+// as an EVALSHA that needs classifying is); later calls run on the loop.
 func TestLoopNewEvalOffLoop(t *testing.T) {
 	nodes := startNodes(t, 3)
 	c, b := startLoopProxy(t, nodes, 1, quorum.Config{})
 	ctx := t.Context()
 	waitLoopReady(t, c, b)
-	for i, src := range []string{"return 7", `return redis.call("get", KEYS[1])`} {
-		keys := []string{}
-		if i == 1 {
-			keys = []string{"k"}
-			c.Set(ctx, "k", "v", 10*time.Second) // keeps the script's reply a string
-		}
+	for _, src := range []string{
+		`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`,
+		`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], 10000) end return 0`,
+	} {
+		keys := []string{"k"}
 		before := b.LoopOps()
-		if err := c.Eval(ctx, src, keys).Err(); err != nil && err != redis.Nil {
+		if err := c.Eval(ctx, src, keys, "tok").Err(); err != nil && err != redis.Nil {
 			t.Fatalf("EVAL %q: %v", src, err)
 		}
 		if n := b.LoopOps() - before; n != 0 {
 			t.Fatalf("the first EVAL of %q ran on the event loop (%d operations): its source was compiled there", src, n)
 		}
 		onLoops(t, b, 1, func() {
-			if err := c.Eval(ctx, src, keys).Err(); err != nil && err != redis.Nil {
+			if err := c.Eval(ctx, src, keys, "tok").Err(); err != nil && err != redis.Nil {
 				t.Fatalf("EVAL %q: %v", src, err)
 			}
 		})

@@ -101,13 +101,13 @@ end
 return cur`)
 
 // dbsizeMarker is DBSIZE of markerDB, the marker left out.
-const dbsizeMarker = `return redis.call('dbsize') - redis.call('exists', KEYS[1])`
+const dbsizeMarker = `return redis.call('dbsize') - redis.call('exists', KEYS[1]) - redis.call('exists', KEYS[2])`
 
 // dbsizeArgs is the command DBSIZE of db sends each node: markerDB's
-// count leaves the marker out.
+// count leaves the marker and the leases' hash (evalmodel.go) out.
 func dbsizeArgs(db int) []string {
 	if db == markerDB {
-		return []string{"eval", dbsizeMarker, "1", markerKey}
+		return []string{"eval", dbsizeMarker, "2", markerKey, leasesKey}
 	}
 	return []string{"dbsize"}
 }

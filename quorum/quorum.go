@@ -39,6 +39,14 @@ type Config struct {
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives background events. default: discard
 	Logger *slog.Logger
+	// Runner runs clients' scripts, in this process (evalmodel.go): the
+	// script time limit and libraries are its. default: luascripts.New
+	// with its defaults
+	Runner *luascripts.Runner
+	// ScriptTimeLimit is Runner's script time limit: a script's keys stay
+	// leased on the nodes for it and a few node timeouts at most
+	// (evalmodel.go). default: 5s
+	ScriptTimeLimit time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -56,6 +64,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.ScriptTimeLimit <= 0 {
+		c.ScriptTimeLimit = 5 * time.Second
+	}
+	if c.Runner == nil {
+		c.Runner = luascripts.New(luascripts.Config{})
 	}
 	return c
 }
@@ -75,6 +89,8 @@ type Backend struct {
 	hz      horizon                  // the horizon markers on the nodes (marker.go)
 
 	classes    luascripts.Classes // what each script does (classify.go)
+	runner     *luascripts.Runner // clients' scripts, run here (evalmodel.go)
+	leaseSelf  string             // this instance's prefix of lease nonces (evalmodel.go)
 	order      orderHolds         // each node's unanswered writes, by stripe (order.go)
 	bus        bus                // pub/sub between instances (pubsub.go)
 	pubScripts pubScripts         // scripts that publish, as the nodes run them (scriptpub.go)
@@ -114,7 +130,7 @@ func New(cfg Config) (*Backend, error) {
 	if err := checkNodeList(cfg.Nodes); err != nil {
 		return nil, err
 	}
-	b := &Backend{repairs: repairQueue{wake: make(chan struct{}, 1)}, cfg: cfg, q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram(), health: make([]health, len(cfg.Nodes)), order: make(orderHolds, len(cfg.Nodes))}
+	b := &Backend{repairs: repairQueue{wake: make(chan struct{}, 1)}, cfg: cfg, runner: cfg.Runner, leaseSelf: newLeaseSelf(), q: len(cfg.Nodes)/2 + 1, replies: newReplyHistogram(), health: make([]health, len(cfg.Nodes)), order: make(orderHolds, len(cfg.Nodes))}
 	for i, a := range cfg.Nodes {
 		opt, err := nodeOptions(a, cfg)
 		if err != nil {

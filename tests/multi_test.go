@@ -94,16 +94,16 @@ func TestMultiQuorumUndo(t *testing.T) {
 			if txAcquire(t, c, form, key, "mine") {
 				t.Fatalf("EXEC acquired a key two of three nodes hold for another owner")
 			}
-			// Node 2's write may come after the majority's refusal: it is
-			// repaired then, moments later.
+			// Node 2 never holds "mine": it keeps nothing, or (the
+			// transaction runs on the model and its commit brings a node
+			// that missed the other owner's acquire up to date) "other".
 			for i, d := range direct {
-				want := "other"
-				if i == 2 {
-					want = ""
-				}
 				var got string
-				if !testsrv.Settled(func() bool { got, _ = d.Get(ctx, key).Result(); return got == want }) {
-					t.Errorf("node %d: %s = %q after a refused EXEC; want %q", i, key, got, want)
+				if !testsrv.Settled(func() bool {
+					got, _ = d.Get(ctx, key).Result()
+					return got == "other" || i == 2 && got == ""
+				}) {
+					t.Errorf("node %d: %s = %q after a refused EXEC; want other (or nothing on node 2)", i, key, got)
 				}
 			}
 

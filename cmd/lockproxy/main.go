@@ -262,7 +262,8 @@ func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger, rec *re
 	case "quorum":
 		timeout, _ := parseDuration(cfg.QuorumTimeout)
 		nodes := cfg.nodes()
-		qc := quorum.Config{Nodes: nodes, NodeTimeout: timeout, Logger: log}
+		qc := quorum.Config{Nodes: nodes, NodeTimeout: timeout, Logger: log,
+			Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log}), ScriptTimeLimit: scriptLimit}
 		tc, err := cfg.quorumTLS()
 		if err != nil {
 			return nil, nil, fmt.Errorf("quorum-tls: %w", err)
