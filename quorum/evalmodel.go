@@ -13,6 +13,7 @@ import (
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/backend/model"
 	"github.com/lockproxy/lockproxy/keycmd"
+	"github.com/lockproxy/lockproxy/luascripts"
 )
 
 // A client's script on the quorum backend runs once, in lockproxy, on the
@@ -295,9 +296,9 @@ func (b *Backend) modelRound(ctx context.Context, db int, s backend.Script, keys
 		return modelOutcome{missing: missing}
 	}
 	var re *backend.ReplyError
-	if err != nil && !errors.As(err, &re) {
+	if err != nil && (errors.Is(err, luascripts.ErrStopped) || !errors.As(err, &re)) {
 		release()
-		return modelOutcome{err: err} // cut short (the client went away): nothing is written
+		return modelOutcome{err: err} // cut short (limits, the client gone): nothing is written
 	}
 	// What it changed. A script that fails having written keeps what it
 	// wrote, as in Redis (and on memory).

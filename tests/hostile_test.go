@@ -32,7 +32,7 @@ import (
 // redis-server, which Redis lets no one stop once it has written: the
 // quorum subtest runs only the script attacks that Redis itself ends at
 // once. Flip it to true when quorum scripts run in lockproxy.
-const quorumScriptsInProxy = false
+const quorumScriptsInProxy = true
 
 const (
 	// hostileTimeLimit is the --script-time-limit of the suite.
