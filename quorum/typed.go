@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -77,13 +78,36 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	// when it comes, is not looked at, as a timed-out one was not.
 	_, replies := b.fanoutUntil(ctx, db, key, same(r), nil, func(replies []nodeReply) bool {
 		_, ok := b.voteOne(replies)
+		if !ok && unordered[name] {
+			_, ok = b.voteOne(inOrder(replies))
+		}
 		return ok
 	})
 	v, err := b.voteReply(replies)
+	if err != nil && unordered[name] {
+		v, err = b.voteUnordered(replies)
+	}
 	if err != nil {
 		return backend.Value{}, err
 	}
 	return typedReply(name, args, v), nil
+}
+
+// voteUnordered votes on an unordered read's members by meaning, for
+// nodes that hold the same hash or set and list it in different orders:
+// the reply is one of the agreeing nodes' own, in its order.
+func (b *Backend) voteUnordered(replies []nodeReply) (backend.Value, error) {
+	sorted := inOrder(replies)
+	v, err := b.voteReply(sorted)
+	if err != nil {
+		return v, err
+	}
+	for i, r := range sorted {
+		if len(r.vals) == 1 && r.err == nil && sameValue(r.vals[0], v) {
+			return replies[i].vals[0], nil
+		}
+	}
+	return v, nil
 }
 
 // typedReply is a node's RESP3 reply to a typed command as the client's
@@ -186,4 +210,45 @@ func (b *Backend) voteReply(replies []nodeReply) (backend.Value, error) {
 		return backend.Value{}, backend.Reply(string(v.Str))
 	}
 	return v, nil
+}
+
+// unordered are the reads whose members Redis returns in no promised
+// order: each node walks its own hash table, so two nodes holding the same
+// hash or set list it differently (a hash of 600 fields never agreed).
+var unordered = map[string]bool{"hkeys": true, "hvals": true, "hgetall": true, "smembers": true}
+
+// inOrder is replies with the members of an unordered read sorted (a
+// hash's field-value pairs by field), so that nodes holding the same
+// value agree by meaning.
+func inOrder(replies []nodeReply) []nodeReply {
+	out := make([]nodeReply, len(replies))
+	for i, r := range replies {
+		out[i] = r
+		if len(r.vals) == 1 && r.err == nil {
+			out[i].vals = []backend.Value{sortedMembers(r.vals[0])}
+		}
+	}
+	return out
+}
+
+// sortedMembers is v with its elements sorted: a map's pairs by key, an
+// array's or a set's elements by their text.
+func sortedMembers(v backend.Value) backend.Value {
+	switch v.Kind {
+	case backend.KindMap:
+		pairs := make([][2]backend.Value, len(v.Elems)/2)
+		for i := range pairs {
+			pairs[i] = [2]backend.Value{v.Elems[2*i], v.Elems[2*i+1]}
+		}
+		slices.SortFunc(pairs, func(a, b [2]backend.Value) int { return bytes.Compare(a[0].Str, b[0].Str) })
+		elems := make([]backend.Value, 0, len(v.Elems))
+		for _, p := range pairs {
+			elems = append(elems, p[0], p[1])
+		}
+		v.Elems = elems
+	case backend.KindArray, backend.KindSet:
+		v.Elems = slices.Clone(v.Elems)
+		slices.SortFunc(v.Elems, func(a, b backend.Value) int { return bytes.Compare(a.Str, b.Str) })
+	}
+	return v
 }
