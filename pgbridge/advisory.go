@@ -545,14 +545,27 @@ func (a *advisory) reapStale() {
 	}
 }
 
-// check: PostgreSQL answers and every holder session is up.
+// check: the instance would grant a lock on a key nobody holds. Every
+// holder session is up, no restart wait holds locking back (horizon.go),
+// PostgreSQL answers, and no ended holder session's row-less locks fence
+// every key (deferred.go).
 func (a *advisory) check(ctx context.Context) error {
+	if left := a.waitLeft(); left > 0 {
+		return fmt.Errorf("postgres: not granting: %s", waitReason(left))
+	}
 	for _, h := range a.holders {
 		if h.gen.Load() == 0 {
 			return fmt.Errorf("pgbridge: holder %d: %w", h.idx, errHolderDown)
 		}
 	}
-	return a.b.pool.Ping(ctx)
+	var left *int64
+	if err := a.b.pool.QueryRow(ctx, `SELECT `+a.deadUntilSQL()+` - `+pgNowMS).Scan(&left); err != nil {
+		return err
+	}
+	if left != nil && *left > 0 {
+		return fmt.Errorf("postgres: not granting: a holder session ended while it held locks not yet in the lease table; every key is fenced for %d ms more", *left)
+	}
+	return nil
 }
 
 func (a *advisory) close() {

@@ -177,5 +177,10 @@ func (a *advisory) quarantined() error {
 	if left <= 0 {
 		return nil
 	}
-	return &backend.ReplyError{Reply: fmt.Sprintf("TRYAGAIN postgres: PostgreSQL restarted while locks were held; no lock is granted for %d ms more, until the leases granted before the restart have ended", max(left.Milliseconds(), 1))}
+	return &backend.ReplyError{Reply: "TRYAGAIN postgres: " + waitReason(left)}
+}
+
+// waitReason says why no lock is granted for left more.
+func waitReason(left time.Duration) string {
+	return fmt.Sprintf("PostgreSQL restarted while locks were held; no lock is granted for %d ms more, until the leases granted before the restart have ended", max(left.Milliseconds(), 1))
 }
