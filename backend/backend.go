@@ -9,6 +9,12 @@ import (
 // Redis's default configuration: SELECT chooses among them.
 const Databases = 16
 
+// FenceToken is the value a fenced key shows (GET, LOCKPROXY LOCK): a lock
+// whose holder was lost while its lease ran, held by no client until its
+// TTL ends (docs/postgres.md). The operator's listings show such a key as
+// fenced until then.
+const FenceToken = "lockproxy:lost-lease"
+
 // Backend stores keys that each hold one token and an optional expiry
 // (docs/architecture.md), in numbered databases as selected with SELECT.
 //

@@ -29,10 +29,12 @@ type advisory struct {
 	expired atomic.Uint64 // leases its timers ended at their deadlines (expiry.go)
 	drained atomic.Bool   // Close has begun: new leases get their rows at once (deferred.go drain)
 
-	epoch      time.Time    // the monotonic origin of quarantine
-	quarantine atomic.Int64 // no lock is taken before epoch + this (horizon.go)
-	horizon    atomic.Int64 // deadlines (Unix ms) up to this are covered by the recorded horizon
-	horizonMu  sync.Mutex   // one horizon write at a time
+	epoch      time.Time     // the monotonic origin of quarantine
+	quarantine atomic.Int64  // no lock is taken before epoch + this (horizon.go)
+	gateMu     sync.Mutex    // one reading of the restart wait at a time, read to quarantine
+	gateKick   chan struct{} // wakes watchRestart
+	horizon    atomic.Int64  // deadlines (Unix ms) up to this are covered by the recorded horizon
+	horizonMu  sync.Mutex    // one horizon write at a time
 
 	timers timers // the leases' timers (expiry.go)
 
@@ -68,7 +70,7 @@ const heldByRowHolder = `EXISTS (SELECT 1 FROM pg_locks p WHERE p.locktype = 'ad
 	AND p.classid = ((l.lock_id >> 32) & 4294967295)::oid AND p.objid = (l.lock_id & 4294967295)::oid)`
 
 func newAdvisory(b *Backend) *advisory {
-	a := &advisory{b: b, epoch: time.Now()}
+	a := &advisory{b: b, epoch: time.Now(), gateKick: make(chan struct{}, 1)}
 	a.timers.run = func(k dbKey, e *held, row bool) {
 		if row {
 			a.writeRow(k, e)
@@ -84,12 +86,13 @@ func newAdvisory(b *Backend) *advisory {
 
 // The advisory strategy's lease table is UNLOGGED: its rows only mean
 // something while the sessions holding the locks live, and a crash of
-// PostgreSQL ends those sessions too. The horizon table is logged
+// PostgreSQL ends those sessions too. The horizons table is logged
 // (horizon.go).
 func (a *advisory) logged() bool { return false }
 
 func (a *advisory) extraDDL() []string {
-	return []string{horizonDDL(a.b.cfg.Schema), aliveDDL(a.b.cfg.Schema), sessionsDDL(a.b.cfg.Schema)}
+	s := a.b.cfg.Schema
+	return []string{horizonsDDL(s), aliveDDL(s), aliveIDDDL(s), sessionsDDL(s)}
 }
 
 // start LISTENs for routed operations, starts the holder sessions and the
@@ -105,8 +108,9 @@ func (a *advisory) start(ctx context.Context) error {
 		b.wg.Add(1)
 		go h.run()
 	}
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go a.reapStale()
+	go a.watchRestart()
 	deadline := time.Now().Add(b.cfg.OpTimeout)
 	for _, h := range a.holders {
 		for h.gen.Load() == 0 {
@@ -426,10 +430,12 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 			continue
 		}
 		if c.q.err != nil || !c.s.present {
-			// A deferred lease without a row whose statement failed (its
-			// session ended) stays, a fence in memory only until
-			// fenceRowless writes its row (deferred.go).
-			if st.owned[c.k] == c.e && (c.q.err == nil || !c.e.deferred || c.e.row) {
+			// A lease whose statement failed (its session ended) stays, a
+			// fence until its deadline (sweep): fenceRowless writes the
+			// row of a deferred one (deferred.go), and a restart of
+			// PostgreSQL that empties the lease table needs every one
+			// (horizon.go's restore).
+			if st.owned[c.k] == c.e && (c.q.err == nil || !(c.e.row || c.e.deferred)) {
 				t.a.drop(st, c.k, c.e)
 			}
 			continue
@@ -510,11 +516,8 @@ func (a *advisory) releaseStart(st *stripe, k dbKey, token []byte) (*held, *quer
 // ran (err: it failed).
 func (a *advisory) releaseEnd(st *stripe, k dbKey, e *held, err error) (backend.Value, error) {
 	if err != nil {
-		// As commit: a deferred lease without a row whose session ended
-		// stays, a fence in memory until fenceRowless writes its row.
-		if !e.deferred || e.row {
-			a.drop(st, k, e)
-		}
+		// As commit: a lease whose session ended stays, a fence until its
+		// deadline (the client cannot tell whether it still holds it).
 		return backend.Value{}, tryAgain(err)
 	}
 	a.drop(st, k, e)
@@ -545,14 +548,27 @@ func (a *advisory) reapStale() {
 	}
 }
 
-// check: PostgreSQL answers and every holder session is up.
+// check: the instance would grant a lock on a key nobody holds. Every
+// holder session is up, no restart wait holds locking back (horizon.go),
+// PostgreSQL answers, and no ended holder session's row-less locks fence
+// every key (deferred.go).
 func (a *advisory) check(ctx context.Context) error {
+	if left := a.waitLeft(); left > 0 {
+		return fmt.Errorf("postgres: not granting: %s", waitReason(left))
+	}
 	for _, h := range a.holders {
 		if h.gen.Load() == 0 {
 			return fmt.Errorf("pgbridge: holder %d: %w", h.idx, errHolderDown)
 		}
 	}
-	return a.b.pool.Ping(ctx)
+	var left *int64
+	if err := a.b.pool.QueryRow(ctx, `SELECT `+a.deadUntilSQL()+` - `+pgNowMS).Scan(&left); err != nil {
+		return err
+	}
+	if left != nil && *left > 0 {
+		return fmt.Errorf("postgres: not granting: a holder session ended while it held locks not yet in the lease table; every key is fenced for %d ms more", *left)
+	}
+	return nil
 }
 
 func (a *advisory) close() {

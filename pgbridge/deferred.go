@@ -142,21 +142,27 @@ type session struct {
 // among this instance's leases: a grant is stored under its stripe's lock
 // before the client hears of it, and this reads every stripe under its
 // lock. On failure the session's rowless_until_ms keeps fencing every key,
-// so a failure is safe but stops every lock until then: it tries again
-// (fenceRetries times, waiting twice as long each time from
-// fenceRetryWait), reading the leases anew each time.
+// so a failure is safe but stops every lock until then: it tries again,
+// waiting twice as long each time from fenceRetryWait up to
+// fenceRetryMax, reading the leases anew each time, for as long as
+// rowless_until_ms can be ahead (maxDeferredTTL and rowlessSlack from the
+// loss): a restart of PostgreSQL (pg_ctl restart) lasts longer than a
+// few tries, and until the rows are written every key waits.
 func (a *advisory) fenceRowless(s session) {
 	wait := fenceRetryWait
+	end := time.Now().Add(maxDeferredTTL + rowlessSlack + a.b.cfg.LeaseRowDelay)
 	for try := 1; ; try++ {
 		err := a.fenceRowlessOnce(s)
 		if err == nil || a.b.ctx.Err() != nil {
 			return
 		}
-		if try == fenceRetries {
-			a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows: every key waits until they have ended", "holder", s.h.idx, "err", flatErr(err))
+		if time.Now().After(end) {
+			a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows: every key waited until they had ended", "holder", s.h.idx, "tries", try, "err", flatErr(err))
 			return
 		}
-		a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows; trying again", "holder", s.h.idx, "wait", wait, "err", flatErr(err))
+		if try == 1 {
+			a.b.log.Warn("pgbridge: could not fence the lost session's locks without rows; trying again until PostgreSQL answers", "holder", s.h.idx, "err", flatErr(err))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-a.b.ctx.Done():
@@ -164,15 +170,16 @@ func (a *advisory) fenceRowless(s session) {
 			return
 		case <-t.C:
 		}
-		wait *= 2
+		wait = min(2*wait, fenceRetryMax)
 	}
 }
 
-// fenceRetries and fenceRetryWait bound fenceRowless's attempts: about 3 s
-// of waits in all, a transient failure's length.
+// fenceRetryWait and fenceRetryMax space fenceRowless's attempts: the
+// first soon (a transient failure), then at most fenceRetryMax apart, so
+// that keys are free again within that of PostgreSQL's return.
 const (
-	fenceRetries   = 6
-	fenceRetryWait = 100 * time.Millisecond
+	fenceRetryWait = 50 * time.Millisecond
+	fenceRetryMax  = 250 * time.Millisecond
 )
 
 // fenceRowlessOnce is one attempt of fenceRowless, in one transaction.

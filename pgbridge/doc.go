@@ -36,9 +36,10 @@
 //   - A lost holder session (advisory) takes its locks with it: its leases
 //     with a deadline fence their keys until then on every instance (SET
 //     NX nil, release and extend 0), and row-less ones are fenced through
-//     the session's rowless_until_ms. After a restart or crash of
-//     PostgreSQL no lock is granted until the leases granted before it
-//     have ended (horizon.go).
+//     the session's rowless_until_ms. After a restart of PostgreSQL the
+//     live leases' keys stay fenced (a crash: their instances write the
+//     fences again; no lock is granted until they have, or until a gone
+//     instance's leases have ended: horizon.go).
 //
 // Not guaranteed: a lease without a deadline, or longer than an hour, is
 // lost with its session or a crash of PostgreSQL; fences exclude lockproxy

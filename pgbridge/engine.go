@@ -75,8 +75,8 @@ func (b *Backend) round(ctx context.Context, keys []dbKey, op func(ks backend.Ke
 		return nil, err
 	}
 	var fenceErr error
-	sp.NewFence = func(int, string) uint64 { // a grant's fence comes from the database (fencing.go)
-		f, err := t.newFence(ctx)
+	sp.NewFence = func(db int, key string) uint64 { // a grant's fence comes from the database (fencing.go)
+		f, err := t.newFence(ctx, dbKey{db, key})
 		if err != nil {
 			fenceErr = err
 			return 0

@@ -26,7 +26,7 @@ import (
 
 // fenceToken is the token a fenced key shows: the lock is held, by no
 // one a client can be.
-const fenceToken = "lockproxy:lost-lease"
+const fenceToken = backend.FenceToken
 
 // fencedBy holds, in SQL, for a lease row (alias col's table) that fences
 // its key against the session running the statement: its deadline lies

@@ -35,6 +35,7 @@ type holder struct {
 	until  int64         // the session's rowless_until_ms as last set, on this instance's clock (deferred.go); the holder goroutine's own
 	pid    int32         // the session's backend pid and marker (deferred.go); the holder goroutine's own
 	marker uint32
+	inc    atomic.Pointer[string] // the incarnation of PostgreSQL the session connected in (horizon.go)
 	// rowless counts the row-less locks the current session granted that
 	// have neither a row nor ended: one counter per session (each lease
 	// keeps its own session's), so that a lease of a lost session cannot
@@ -204,14 +205,15 @@ func (h *holder) run() {
 			default:
 			}
 		}
-		// Forget the lost leases in the background (fencing the row-less
-		// ones, deferred.go): an operation may hold a stripe while it waits
-		// for this holder, which must go on.
+		// Forget the lost leases in the background, then fence the
+		// row-less ones (deferred.go), which retries until PostgreSQL
+		// answers: an operation may hold a stripe while it waits for this
+		// holder, which must go on.
 		b.wg.Add(1)
 		go func(lost session) {
 			defer b.wg.Done()
-			h.a.fenceRowless(lost)
 			h.a.sweep()
+			h.a.fenceRowless(lost)
 		}(session{h: h, gen: gen, pid: h.pid, marker: h.marker})
 	}
 	h.shut(errors.New("pgbridge: closed"))
@@ -241,7 +243,7 @@ func (h *holder) connect() (*pgx.Conn, error) {
 		conn.Close(context.Background())
 		return nil, err
 	}
-	if err := h.a.quarantineAfter(ctx, conn); err != nil {
+	if err := h.a.quarantineAfter(ctx, conn, h); err != nil {
 		conn.Close(context.Background())
 		return nil, err
 	}

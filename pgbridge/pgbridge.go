@@ -209,9 +209,10 @@ type tx interface {
 	commit(ctx context.Context, after map[dbKey]state) error
 	// rollback undoes prepare.
 	rollback()
-	// newFence takes the next fence from the sequence for a grant the
-	// operation makes (fencing.go).
-	newFence(ctx context.Context) (int64, error)
+	// newFence takes the next fence from the sequence for a grant of k
+	// the operation makes (fencing.go); 0 for a key that is a fence
+	// (fence.go), which no grant holds.
+	newFence(ctx context.Context, k dbKey) (int64, error)
 }
 
 // heldError reports keys that another holder has: another lockproxy

@@ -40,6 +40,7 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 		}
 		return time.Since(time.UnixMilli(*ms)).Round(time.Second).String()
 	},
+	"until": func(ms *int64) string { return time.UnixMilli(*ms).Format("15:04:05.000") },
 	"lockURL": func(l Lock, db int) string {
 		return "/locks/" + url.PathEscape(l.Key) + "/release?db=" + strconv.Itoa(db)
 	},

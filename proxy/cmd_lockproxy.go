@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/backend/model"
@@ -35,6 +36,11 @@ type Lock struct {
 	Fence *int64 `json:"fence"`
 	// TTLMillis is the time left, as PTTL: -1 when the key has no expiry.
 	TTLMillis int64 `json:"ttl_ms"`
+	// FencedUntilMillis is, for a fenced key (its holder was lost while
+	// its lease ran: backend.FenceToken), when the fence ends (Unix ms):
+	// nobody holds it, and nobody is granted it before then. nil for a
+	// held key.
+	FencedUntilMillis *int64 `json:"fenced_until_ms"`
 	// Holder is what is known of the grant (model.HolderValue); its
 	// strings are empty and GrantedMillis nil when unknown.
 	Holder LockHolder    `json:"holder"`
@@ -123,6 +129,10 @@ func lockOf(key string, v backend.Value) (l Lock, ok bool) {
 	if t := v.Elems[0]; !t.IsNil() {
 		s := string(t.Str)
 		l.Token = &s
+		if s == backend.FenceToken && l.TTLMillis > 0 {
+			until := time.Now().UnixMilli() + l.TTLMillis
+			l.FencedUntilMillis = &until
+		}
 	}
 	if f := v.Elems[1]; f.Kind == backend.KindInt {
 		n := f.Int

@@ -316,13 +316,26 @@ func (b *Backend) Warnings() []string {
 }
 
 // Check implements backend.Checker: ready when a majority of nodes is
-// reachable and not quarantined.
-func (b *Backend) Check(context.Context) error {
+// reachable and not quarantined. Reachable is asked now (a PING of each
+// node within NodeTimeout, as a vote would reach it), not taken from the
+// monitor's last round, which is up to CheckInterval old: an acquire that
+// finds no majority answers TRYAGAIN at once, and so must readiness.
+func (b *Backend) Check(ctx context.Context) error {
+	up := make([]bool, len(b.nodes))
+	var wg sync.WaitGroup
+	for i, n := range b.nodes {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, 4*b.cfg.NodeTimeout)
+			defer cancel()
+			up[i] = n.client.Ping(pctx).Err() == nil
+		})
+	}
+	wg.Wait()
 	ok := 0
 	for i := range b.health {
 		h := &b.health[i]
 		h.mu.Lock()
-		if h.reachable && !h.quarantinedAt(time.Now()) {
+		if up[i] && h.reachable && !h.quarantinedAt(time.Now()) {
 			ok++
 		}
 		h.mu.Unlock()

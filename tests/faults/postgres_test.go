@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/lockcheck"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
@@ -210,6 +212,111 @@ func TestPostgresNemesisRestart(t *testing.T) {
 			t.Logf("%d restarts", <-restarts)
 			pgVerdict(t, "restart -m immediate, long holds (1-3s of a 4s TTL)", strategy, long, 3)
 			pgVerdict(t, "restart -m immediate, short holds", strategy, short, 50)
+		})
+	}
+}
+
+// TestPostgresNemesisRestartModes: PostgreSQL restarted each way an
+// operator or a failure restarts it (pg_ctl restart -m fast, -m
+// immediate, a SIGKILL of the postmaster) under two advisory instances,
+// with the workers split across them: long holds that outlive the restart
+// and short ones for the volume, as TestPostgresNemesisRestart. No two
+// clients hold a key at once, and a key nobody held is granted again,
+// through either instance, within 5 s of PostgreSQL accepting connections
+// (the instances fence again exactly the leases they held), while a lock
+// with a minute's TTL held through the restart keeps its key fenced.
+// Before, a restart stopped every grant for the longest TTL granted (that
+// minute), after a clean restart as after a crash.
+func TestPostgresNemesisRestartModes(t *testing.T) {
+	for _, mode := range []string{"fast", "immediate", "kill"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // own clusters
+			pg := testsrv.StartPostgres(t)
+			dsn := pg.NewDatabase(t)
+			a, b := pgInstance(t, dsn, pgbridge.Advisory), pgInstance(t, dsn, pgbridge.Advisory)
+			const longTTL = 4 * time.Second
+			d := runDurationOr(t, 9*time.Second)
+			var resumed [2]time.Duration
+			var restartErr error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				select {
+				case <-t.Context().Done():
+					return
+				case <-time.After(2 * time.Second): // grants before the restart
+				}
+				// One lock with a long TTL, held through the restart: its
+				// key alone waits for it.
+				c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
+				defer c.Close()
+				if restartErr = c.SetArgs(t.Context(), "held:long", "tok", redis.SetArgs{Mode: "NX", TTL: time.Minute}).Err(); restartErr != nil {
+					return
+				}
+				switch mode {
+				case "fast":
+					pg.Stop()
+				case "immediate":
+					pg.Immediate()
+				case "kill":
+					pg.Kill()
+				}
+				if restartErr = pg.Start(); restartErr != nil {
+					return
+				}
+				back := time.Now()
+				var wg sync.WaitGroup
+				for i, addr := range []string{a, b} {
+					wg.Go(func() {
+						c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+						defer c.Close()
+						for n := 0; time.Since(back) < 30*time.Second; n++ {
+							key := fmt.Sprintf("probe:%d:%d", i, n) // never held: a fresh key each time
+							if err := c.SetArgs(t.Context(), key, "tok", redis.SetArgs{Mode: "NX", TTL: time.Second}).Err(); err == nil {
+								resumed[i] = time.Since(back)
+								return
+							}
+							time.Sleep(20 * time.Millisecond) // polling for the instances' return
+						}
+						resumed[i] = -1
+					})
+				}
+				wg.Wait()
+				if err := c.SetArgs(t.Context(), "held:long", "new", redis.SetArgs{Mode: "NX", TTL: time.Second}).Err(); err != redis.Nil {
+					t.Errorf("SET NX of the key held through the restart = %v; want nil (fenced until its TTL)", err)
+				}
+			}()
+			var long, short *lockcheck.Report
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				long = pgCheck(t, lockcheck.Config{Workers: 8, Keys: 4, Prefix: "long:", TTL: longTTL,
+					Hold: 2 * time.Second, Duration: d}, a, b)
+			})
+			wg.Go(func() {
+				short = pgCheck(t, lockcheck.Config{Workers: 8, Keys: 6, Prefix: "short:", TTL: time.Second,
+					Hold: 20 * time.Millisecond, Duration: d}, a, b)
+			})
+			wg.Wait()
+			<-done
+			if restartErr != nil {
+				t.Fatal(restartErr)
+			}
+			name := "restart -m " + mode
+			if mode == "kill" {
+				name = "SIGKILL of the postmaster, start"
+			}
+			pgVerdict(t, name+", long holds (1-3s of a 4s TTL)", pgbridge.Advisory, long, 3)
+			pgVerdict(t, name+", short holds", pgbridge.Advisory, short, 50)
+			for i, took := range resumed {
+				if took < 0 {
+					t.Errorf("instance %d: a key nobody held was not granted within 30 s of PostgreSQL's return", i)
+					continue
+				}
+				t.Logf("instance %d granted a free key %v after PostgreSQL was back", i, took.Round(time.Millisecond))
+				if took > 5*time.Second {
+					t.Errorf("instance %d: a key nobody held was granted %v after PostgreSQL was back; want within 5 s", i, took)
+				}
+			}
 		})
 	}
 }
