@@ -96,6 +96,7 @@ type Backend struct {
 	pubScripts pubScripts         // scripts that publish, as the nodes run them (scriptpub.go)
 	lp         loops              // the event loops' node connections (loop.go)
 	late       lateWork           // work that must not block a loop or a reader: late undos, horizon raises
+	resyncs    pendingResyncs     // keys a resync is pending for (evalmodel.go)
 	repairs    repairQueue        // keys whose node connection broke unanswered (repair.go)
 	repairDone chan struct{}
 	stop       chan struct{}
