@@ -253,43 +253,13 @@ func (b *Backend) modelRound(ctx context.Context, db int, s backend.Script, keys
 		release()
 		return modelOutcome{err: err}
 	}
-	type before struct {
-		st       keyState
-		deadline int64
-		enc      []byte
-	}
-	was := make([]before, len(read))
+	was := make([]keyBefore, len(read))
 	for j, k := range read {
 		st, d, enc := stateOf(sp, k.db, k.key, now)
-		was[j] = before{st, d, enc}
+		was[j] = keyBefore{st, d, enc}
 	}
 	var missing []dbKey
-	view := &model.View{Now: now, Spaces: []*model.Space{sp}, Holder: backend.HolderOf(ctx),
-		Admit: func(d int, k string) error {
-			if d == markerDB && k == markerKey {
-				return backend.Reply(msgMarkerReserved)
-			}
-			if d == markerDB && k == leasesKey {
-				return backend.Reply(msgLeasesReserved)
-			}
-			if dk := (dbKey{d, k}); !slices.Contains(read, dk) {
-				if !slices.Contains(missing, dk) {
-					missing = append(missing, dk)
-				}
-				return errUnread
-			}
-			return nil
-		},
-		Outside: func(ctx context.Context, d int) (int64, error) {
-			n, err := b.DBSize(ctx, d)
-			for j, k := range read {
-				if d == k.db && snap.state[j].typ != "none" {
-					n--
-				}
-			}
-			return max(n, 0), err
-		},
-	}
+	view := b.scriptView(ctx, sp, snap, read, now, &missing)
 	abs := map[dbKey]bool{}
 	c := &keycmd.ScriptCaller{KS: scriptSpace{view, abs}, DB: db, RO: ro, Hub: b.bus.hub}
 	v, err := b.runner.Run(ctx, s, keys, args, c)
@@ -304,20 +274,7 @@ func (b *Backend) modelRound(ctx context.Context, db int, s backend.Script, keys
 	}
 	// What it changed. A script that fails having written keeps what it
 	// wrote, as in Redis (and on memory).
-	var changes, kept []keyChange
-	var longest time.Duration
-	for j, k := range read {
-		st, d, enc := stateOf(sp, k.db, k.key, now)
-		w := was[j]
-		if st.typ == w.st.typ && d == w.deadline && string(enc) == string(w.enc) {
-			kept = append(kept, keyChange{j: j, keep: true})
-			continue
-		}
-		changes = append(changes, keyChange{j: j, after: st, before: w.st, deadline: d, oldDue: w.deadline, abs: abs[k]})
-		if d > 0 {
-			longest = max(longest, time.Duration(d-now)*time.Millisecond)
-		}
-	}
+	changes, kept, longest := changesOf(sp, read, was, abs, now)
 	if len(changes) == 0 {
 		release()
 		if err == nil {
@@ -339,25 +296,89 @@ func (b *Backend) modelRound(ctx context.Context, db int, s backend.Script, keys
 	if !ok {
 		return modelOutcome{err: cerr, lost: lost}
 	}
-	for _, ch := range changes {
-		if ch.before.typ == "none" && ch.after.typ != "none" { // created: a grant (holders.go)
-			var tok []byte
-			if ch.after.typ == "string" {
-				tok = ch.after.parts[0]
-			}
-			var ttl time.Duration
-			if ch.deadline > 0 {
-				ttl = time.Duration(ch.deadline-now) * time.Millisecond
-			}
-			b.grants.record(read[ch.j].db, read[ch.j].key, tok, backend.HolderOf(ctx), ttl)
-		}
-	}
+	b.recordGrants(ctx, read, changes, now)
 	if err == nil {
 		// Its messages go out once it is decided, and not for a script
 		// that failed (the error may be the commit's; as on postgres).
 		b.publishAll(ctx, c.Published)
 	}
 	return modelOutcome{v: v, err: err}
+}
+
+// scriptView is the model a script of the round runs on: the snapshot's
+// keys, refusing the horizon marker and the leases, and noting in missing
+// a key it reaches that was not read (the round starts again with it).
+func (b *Backend) scriptView(ctx context.Context, sp *model.Space, snap *snapshot, read []dbKey, now int64, missing *[]dbKey) *model.View {
+	return &model.View{Now: now, Spaces: []*model.Space{sp}, Holder: backend.HolderOf(ctx),
+		Admit: func(d int, k string) error {
+			if d == markerDB && k == markerKey {
+				return backend.Reply(msgMarkerReserved)
+			}
+			if d == markerDB && k == leasesKey {
+				return backend.Reply(msgLeasesReserved)
+			}
+			if dk := (dbKey{d, k}); !slices.Contains(read, dk) {
+				if !slices.Contains(*missing, dk) {
+					*missing = append(*missing, dk)
+				}
+				return errUnread
+			}
+			return nil
+		},
+		Outside: func(ctx context.Context, d int) (int64, error) {
+			n, err := b.DBSize(ctx, d)
+			for j, k := range read {
+				if d == k.db && snap.state[j].typ != "none" {
+					n--
+				}
+			}
+			return max(n, 0), err
+		},
+	}
+}
+
+// keyBefore is a key's state before the script ran.
+type keyBefore struct {
+	st       keyState
+	deadline int64
+	enc      []byte
+}
+
+// changesOf compares each key read with its state before the script ran:
+// the keys it changed, those it left as they were, and the longest TTL
+// among the changed.
+func changesOf(sp *model.Space, read []dbKey, was []keyBefore, abs map[dbKey]bool, now int64) (changes, kept []keyChange, longest time.Duration) {
+	for j, k := range read {
+		st, d, enc := stateOf(sp, k.db, k.key, now)
+		w := was[j]
+		if st.typ == w.st.typ && d == w.deadline && string(enc) == string(w.enc) {
+			kept = append(kept, keyChange{j: j, keep: true})
+			continue
+		}
+		changes = append(changes, keyChange{j: j, after: st, before: w.st, deadline: d, oldDue: w.deadline, abs: abs[k]})
+		if d > 0 {
+			longest = max(longest, time.Duration(d-now)*time.Millisecond)
+		}
+	}
+	return changes, kept, longest
+}
+
+// recordGrants notes each key the script created as a grant (holders.go).
+func (b *Backend) recordGrants(ctx context.Context, read []dbKey, changes []keyChange, now int64) {
+	for _, ch := range changes {
+		if ch.before.typ != "none" || ch.after.typ == "none" {
+			continue
+		}
+		var tok []byte
+		if ch.after.typ == "string" {
+			tok = ch.after.parts[0]
+		}
+		var ttl time.Duration
+		if ch.deadline > 0 {
+			ttl = time.Duration(ch.deadline-now) * time.Millisecond
+		}
+		b.grants.record(read[ch.j].db, read[ch.j].key, tok, backend.HolderOf(ctx), ttl)
+	}
 }
 
 // onlyFinish is fs for node i alone.
@@ -385,101 +406,11 @@ func (b *Backend) publishAll(ctx context.Context, msgs [][2][]byte) {
 // the script may run again. Either way the round's leases end: with the
 // put-backs, or just after a commit that succeeded.
 func (b *Backend) commit(ctx context.Context, db int, snap *snapshot, read []dbKey, changes []keyChange, now int64, start time.Time, nonce string, leasedOn []bool) (ok, lost bool, err error) {
-	n := len(b.nodes)
-	key := read[0].key
-	// Repairs (repair.go) are by database: a node whose outcome is unknown
-	// has each changed key repaired in its own.
-	repair := func(i int) {
-		for _, ch := range changes {
-			if !ch.keep {
-				b.repairs.add(i, read[ch.j].db, []string{read[ch.j].key})
-			}
-		}
-	}
-	writesFor := func(nk []nodeKey) []keyWrite {
-		w := make([]keyWrite, 0, len(changes))
-		for _, ch := range changes {
-			old := nk[ch.j]
-			if !puttable(old.typ) {
-				return nil // a value no put-back could restore: left alone
-			}
-			kw := keyWrite{db: read[ch.j].db, key: read[ch.j].key, digest: old.digest, at: old.at, st: ch.after, mode: 'n'}
-			switch {
-			case ch.keep:
-				kw.st = keyState{typ: "keep"}
-			case ch.after.typ == "none" || ch.deadline == 0:
-			case ch.deadline == ch.oldDue && old.at > 0 && b.agrees(snap, ch.j, old):
-				kw.mode, kw.exp = 'a', old.at // an expiry the script kept: the node's own
-			case ch.abs:
-				kw.mode, kw.exp = 'a', ch.deadline // as the script gave it
-			default:
-				kw.mode, kw.exp = 'p', max(ch.deadline-now, 1)
-			}
-			w = append(w, kw)
-		}
-		return w
-	}
-	// A node whose read came after the snapshot was decided: included when
-	// it came already; afterwards it is written (and its lease ended) once
-	// the commit succeeded, or its lease ended once it failed.
-	var mu sync.Mutex
-	var decided, won bool
-	type lateRead struct {
-		i  int
-		nk []nodeKey
-	}
-	var waiting []lateRead
-	lateDone := func(i int, nk []nodeKey, success bool) {
-		w := writesFor(nk)
-		if !success || w == nil {
-			b.finishLater(db, key, nonce, onlyFinish(n, i, &nodeFinish{keys: read}))
-			return
-		}
-		b.late.Go(func() {
-			replies := b.finish(context.Background(), db, key, nonce, onlyFinish(n, i, &nodeFinish{ws: w, mode: applyLate}))
-			if _, refused, _ := parseApplied(replies[i], len(changes)); refused {
-				b.resyncLater(db, read) // it changed meanwhile: brought level from a fresh read
-			}
-		})
-	}
-	for i, nk := range snap.late.take(func(i int, nk []nodeKey) {
-		mu.Lock()
-		if !decided {
-			waiting = append(waiting, lateRead{i, nk})
-			mu.Unlock()
-			return
-		}
-		ok := won
-		mu.Unlock()
-		lateDone(i, nk, ok)
-	}, true) {
-		if nk != nil && snap.nodes[i] == nil {
-			snap.nodes[i] = nk
-		}
-	}
-	// Only a node that showed the snapshot's state of every key read counts
-	// toward Q: the script's writes rest on that state. Another node is
-	// written too where it still shows what it showed (it is brought up
-	// to date), but its applying decides nothing.
-	ws := make([][]keyWrite, n)
-	fs := make([]*nodeFinish, n)
-	counts := make([]bool, n)
-	for i := range n {
-		nk := snap.nodes[i]
-		if nk == nil {
-			continue // a node not read is not written: nothing to check against
-		}
-		ws[i] = writesFor(nk)
-		if ws[i] != nil {
-			fs[i] = &nodeFinish{ws: ws[i]}
-		}
-		counts[i] = ws[i] != nil
-		for j := range read {
-			counts[i] = counts[i] && b.agrees(snap, j, nk[j])
-		}
-	}
+	c := &commitRound{b: b, db: db, snap: snap, read: read, changes: changes, now: now, nonce: nonce, key: read[0].key, n: len(b.nodes)}
+	c.takeLate()
+	ws, fs, counts := c.plan()
 	// It ends once Q counted nodes applied. A node heard from later is
-	// judged then (below).
+	// judged then (onLate).
 	certain := func(replies []nodeReply) bool {
 		yes := 0
 		for i, r := range replies {
@@ -493,105 +424,253 @@ func (b *Backend) commit(ctx context.Context, db int, snap *snapshot, read []dbK
 		// leases over, never reads it.
 		return yes >= b.q
 	}
-	o, replies := b.fanoutUntil(context.WithoutCancel(ctx), db, key, func(i int) *req {
+	o, replies := b.fanoutUntil(context.WithoutCancel(ctx), db, c.key, func(i int) *req {
 		if fs[i] == nil {
 			return nil
 		}
 		return fs[i].request(nonce, false)
 	}, finishFallback(fs, nonce), certain)
 	elapsed := time.Since(start)
-	applied, refusals, failures := 0, 0, 0
-	// A node read that refused, or one another operation had leased (not
-	// read, so not written), is brought level afterwards (resync).
-	stale := slices.Contains(snap.busy, true)
-	afters := make([][]keyWrite, n)
-	pending := make([]bool, n)
+	t := c.tally(replies, fs, counts)
+	late := ""
+	if t.applied >= b.q {
+		late = b.tooLate(changes, now, elapsed)
+	}
+	success := t.applied >= b.q && late == ""
+	c.decide(success)
+	o.onLate(c.onLate(ws, success))
+	ends := c.ends(success, leasedOn, ws, t)
+	if success {
+		b.finishLater(db, c.key, nonce, ends)
+		if t.stale {
+			b.resyncLater(db, read)
+		}
+		return true, false, nil
+	}
+	b.finish(ctx, db, c.key, nonce, ends)
+	if late != "" {
+		return false, false, &backend.ReplyError{Reply: late}
+	}
+	if t.refusals > 0 && t.failures == 0 {
+		// Nodes no longer held what was read there (a write that takes no
+		// lease, a lease run out): tried again.
+		return false, true, &backend.ReplyError{Reply: fmt.Sprintf(
+			"TRYAGAIN quorum not reached: %d of %d nodes changed the script's keys meanwhile; nothing was kept", t.refusals, c.n)}
+	}
+	return false, false, b.errNoQuorum(replies)
+}
+
+// commitRound is one commit's state, shared by its steps and by the
+// replies and reads that come after its decision (commit).
+type commitRound struct {
+	b       *Backend
+	db      int
+	snap    *snapshot
+	read    []dbKey
+	changes []keyChange
+	now     int64
+	nonce   string
+	key     string
+	n       int
+
+	mu      sync.Mutex
+	decided bool
+	won     bool
+	waiting []lateRead // reads that came before the decision, served by decide
+}
+
+// lateRead is a node's read that came after the snapshot was decided.
+type lateRead struct {
+	i  int
+	nk []nodeKey
+}
+
+// repair marks node i's changed keys for repair (repair.go): its outcome
+// is unknown. Repairs are by database.
+func (c *commitRound) repair(i int) {
+	for _, ch := range c.changes {
+		if !ch.keep {
+			c.b.repairs.add(i, c.read[ch.j].db, []string{c.read[ch.j].key})
+		}
+	}
+}
+
+// writesFor is what the commit writes on a node that showed nk: nil when
+// a value there could not be put back.
+func (c *commitRound) writesFor(nk []nodeKey) []keyWrite {
+	w := make([]keyWrite, 0, len(c.changes))
+	for _, ch := range c.changes {
+		old := nk[ch.j]
+		if !puttable(old.typ) {
+			return nil // a value no put-back could restore: left alone
+		}
+		kw := keyWrite{db: c.read[ch.j].db, key: c.read[ch.j].key, digest: old.digest, at: old.at, st: ch.after, mode: 'n'}
+		switch {
+		case ch.keep:
+			kw.st = keyState{typ: "keep"}
+		case ch.after.typ == "none" || ch.deadline == 0:
+		case ch.deadline == ch.oldDue && old.at > 0 && c.b.agrees(c.snap, ch.j, old):
+			kw.mode, kw.exp = 'a', old.at // an expiry the script kept: the node's own
+		case ch.abs:
+			kw.mode, kw.exp = 'a', ch.deadline // as the script gave it
+		default:
+			kw.mode, kw.exp = 'p', max(ch.deadline-c.now, 1)
+		}
+		w = append(w, kw)
+	}
+	return w
+}
+
+// lateDone serves a node whose read came after the snapshot was decided:
+// written (and its lease ended) once the commit succeeded, its lease
+// ended once it failed.
+func (c *commitRound) lateDone(i int, nk []nodeKey, success bool) {
+	w := c.writesFor(nk)
+	if !success || w == nil {
+		c.b.finishLater(c.db, c.key, c.nonce, onlyFinish(c.n, i, &nodeFinish{keys: c.read}))
+		return
+	}
+	c.b.late.Go(func() {
+		replies := c.b.finish(context.Background(), c.db, c.key, c.nonce, onlyFinish(c.n, i, &nodeFinish{ws: w, mode: applyLate}))
+		if _, refused, _ := parseApplied(replies[i], len(c.changes)); refused {
+			c.b.resyncLater(c.db, c.read) // it changed meanwhile: brought level from a fresh read
+		}
+	})
+}
+
+// takeLate includes the late reads that came already; one that comes
+// later waits for the decision (decide), or is served by it.
+func (c *commitRound) takeLate() {
+	for i, nk := range c.snap.late.take(func(i int, nk []nodeKey) {
+		c.mu.Lock()
+		if !c.decided {
+			c.waiting = append(c.waiting, lateRead{i, nk})
+			c.mu.Unlock()
+			return
+		}
+		ok := c.won
+		c.mu.Unlock()
+		c.lateDone(i, nk, ok)
+	}, true) {
+		if nk != nil && c.snap.nodes[i] == nil {
+			c.snap.nodes[i] = nk
+		}
+	}
+}
+
+// decide records the outcome and serves the late reads that waited for it.
+func (c *commitRound) decide(success bool) {
+	c.mu.Lock()
+	c.decided, c.won = true, success
+	reads := c.waiting
+	c.mu.Unlock()
+	for _, lr := range reads {
+		c.lateDone(lr.i, lr.nk, success)
+	}
+}
+
+// plan is each node's writes and request, and whether its applying counts:
+// only a node that showed the snapshot's state of every key read counts
+// toward Q (the script's writes rest on that state). Another node is
+// written too where it still shows what it showed (it is brought up to
+// date), but its applying decides nothing. A node not read is not
+// written: nothing to check against.
+func (c *commitRound) plan() (ws [][]keyWrite, fs []*nodeFinish, counts []bool) {
+	ws, fs, counts = make([][]keyWrite, c.n), make([]*nodeFinish, c.n), make([]bool, c.n)
+	for i := range c.n {
+		nk := c.snap.nodes[i]
+		if nk == nil {
+			continue
+		}
+		ws[i] = c.writesFor(nk)
+		if ws[i] != nil {
+			fs[i] = &nodeFinish{ws: ws[i]}
+		}
+		counts[i] = ws[i] != nil
+		for j := range c.read {
+			counts[i] = counts[i] && c.b.agrees(c.snap, j, nk[j])
+		}
+	}
+	return ws, fs, counts
+}
+
+// commitTally is what the nodes answered to a commit by its decision.
+type commitTally struct {
+	applied, refusals, failures int
+	stale                       bool         // a node to bring level afterwards (resync)
+	afters                      [][]keyWrite // what each node that applied holds now
+	pending                     []bool       // a node whose reply may still come
+}
+
+// tally counts the replies: a node read that refused, or one another
+// operation had leased (not read, so not written), is stale.
+func (c *commitRound) tally(replies []nodeReply, fs []*nodeFinish, counts []bool) commitTally {
+	t := commitTally{stale: slices.Contains(c.snap.busy, true), afters: make([][]keyWrite, c.n), pending: make([]bool, c.n)}
 	for i, r := range replies {
 		if fs[i] == nil {
 			continue
 		}
 		if !r.done {
-			pending[i] = true
+			t.pending[i] = true
 			continue
 		}
-		done, refused, after := parseApplied(r, len(changes))
+		done, refused, after := parseApplied(r, len(c.changes))
 		switch {
 		case done:
 			if counts[i] {
-				applied++
+				t.applied++
 			}
-			afters[i] = after
+			t.afters[i] = after
 		case refused:
-			refusals++
-			stale = true
+			t.refusals++
+			t.stale = true
 		case r.err != nil && r.err != errNotSent && r.err != errQuarantined:
-			failures++
-			pending[i] = true // its reply may still come (onLate)
-			repair(i)
+			t.failures++
+			t.pending[i] = true // its reply may still come (onLate)
+			c.repair(i)
 		}
 	}
-	late := ""
-	if applied >= b.q {
-		late = b.tooLate(changes, now, elapsed)
-	}
-	success := applied >= b.q && late == ""
-	mu.Lock()
-	decided, won = true, success
-	reads := waiting
-	mu.Unlock()
-	for _, lr := range reads {
-		lateDone(lr.i, lr.nk, success)
-	}
-	// A node heard from after the end: where the commit failed, what it
-	// applied there is put back (its lease ended with it); where it
-	// succeeded, its lease ended already.
-	o.onLate(func(i int, vals []backend.Value, lerr error) {
-		done, refused, after := parseApplied(nodeReply{vals: vals, err: lerr, done: true}, len(changes))
+	return t
+}
+
+// onLate judges a node heard from after the end: where the commit failed,
+// what it applied there is put back (its lease ended with it); where it
+// succeeded, its lease ended already.
+func (c *commitRound) onLate(ws [][]keyWrite, success bool) func(i int, vals []backend.Value, lerr error) {
+	return func(i int, vals []backend.Value, lerr error) {
+		done, refused, after := parseApplied(nodeReply{vals: vals, err: lerr, done: true}, len(c.changes))
 		if refused && success {
-			b.resyncLater(db, read)
+			c.b.resyncLater(c.db, c.read)
 		}
 		switch {
 		case done && !success:
-			b.finishLater(db, key, nonce, onlyFinish(n, i, &nodeFinish{ws: putBack(ws[i], after, keyStates(snap.nodes[i], changes)), mode: applyPutBack}))
+			c.b.finishLater(c.db, c.key, c.nonce, onlyFinish(c.n, i, &nodeFinish{ws: putBack(ws[i], after, keyStates(c.snap.nodes[i], c.changes)), mode: applyPutBack}))
 		case !success:
-			b.finishLater(db, key, nonce, onlyFinish(n, i, &nodeFinish{keys: read}))
+			c.b.finishLater(c.db, c.key, c.nonce, onlyFinish(c.n, i, &nodeFinish{keys: c.read}))
 		}
 		if !done && lerr != nil {
-			repair(i)
+			c.repair(i)
 		}
-	})
-	// The round's leases end: every node read, but one whose commit is
-	// still unanswered after a failure (its late reply puts back, above).
-	ends := make([]*nodeFinish, n)
-	for i := range n {
+	}
+}
+
+// ends is how the round's leases end on each node: every node read, but
+// one whose commit is still unanswered after a failure (its late reply
+// puts back: onLate), with a put-back where a failed commit applied.
+func (c *commitRound) ends(success bool, leasedOn []bool, ws [][]keyWrite, t commitTally) []*nodeFinish {
+	ends := make([]*nodeFinish, c.n)
+	for i := range c.n {
 		switch {
-		case !leasedOn[i] || snap.nodes[i] == nil:
+		case !leasedOn[i] || c.snap.nodes[i] == nil:
 			// not leased, or its read is still to come (lateReads)
-		case !success && afters[i] != nil:
-			ends[i] = &nodeFinish{ws: putBack(ws[i], afters[i], keyStates(snap.nodes[i], changes)), mode: applyPutBack}
-		case !success && pending[i]:
+		case !success && t.afters[i] != nil:
+			ends[i] = &nodeFinish{ws: putBack(ws[i], t.afters[i], keyStates(c.snap.nodes[i], c.changes)), mode: applyPutBack}
+		case !success && t.pending[i]:
 		default:
-			ends[i] = &nodeFinish{keys: read}
+			ends[i] = &nodeFinish{keys: c.read}
 		}
 	}
-	if success {
-		b.finishLater(db, key, nonce, ends)
-		if stale {
-			b.resyncLater(db, read)
-		}
-		return true, false, nil
-	}
-	b.finish(ctx, db, key, nonce, ends)
-	if late != "" {
-		return false, false, &backend.ReplyError{Reply: late}
-	}
-	if refusals > 0 && failures == 0 {
-		// Nodes no longer held what was read there (a write that takes no
-		// lease, a lease run out): tried again.
-		return false, true, &backend.ReplyError{Reply: fmt.Sprintf(
-			"TRYAGAIN quorum not reached: %d of %d nodes changed the script's keys meanwhile; nothing was kept", refusals, n)}
-	}
-	return false, false, b.errNoQuorum(replies)
+	return ends
 }
 
 // resyncLater brings the nodes that hold something else than a majority
