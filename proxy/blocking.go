@@ -46,6 +46,9 @@ type blockers struct {
 	mu    sync.Mutex
 	byKey map[blockKey][]*blocked // in the order they blocked
 	byID  map[int64]*blocked
+	// serving are the keys a serve runs for (serveKey), true when another
+	// was asked for meanwhile.
+	serving map[blockKey]bool
 }
 
 type blockKey struct {
@@ -120,7 +123,37 @@ func (bs *blockers) serve(ready []blockKey) {
 // as Redis's serveClientsBlockedOnListKey does: each one's try, until one
 // takes nothing (the key has nothing more for them). A client that went,
 // or that CLIENT UNBLOCK ended, is passed over: it leaves by itself.
+//
+// One serve of a key runs at a time: two at once (a write's, and a
+// blocked client's own look, or another instance's write) would each take
+// a client, and the second in line could pop before the first. A serve
+// asked for while one runs makes that one go round again instead.
 func (bs *blockers) serveKey(bk blockKey) {
+	bs.mu.Lock()
+	if _, running := bs.serving[bk]; running {
+		bs.serving[bk] = true
+		bs.mu.Unlock()
+		return
+	}
+	if bs.serving == nil {
+		bs.serving = map[blockKey]bool{}
+	}
+	bs.serving[bk] = false
+	bs.mu.Unlock()
+	for again := true; again; {
+		bs.serveInOrder(bk)
+		bs.mu.Lock()
+		if again = bs.serving[bk]; again {
+			bs.serving[bk] = false
+		} else {
+			delete(bs.serving, bk)
+		}
+		bs.mu.Unlock()
+	}
+}
+
+// serveInOrder is one round of serveKey.
+func (bs *blockers) serveInOrder(bk blockKey) {
 	for {
 		b := bs.claim(bk)
 		if b == nil {
