@@ -85,14 +85,23 @@ func (b *Backend) evalModel(ctx context.Context, db int, s backend.Script, keys 
 			read = append(read, dk)
 		}
 	}
-	attempts := 0
-	for range modelRounds {
+	// A lost round (another writer, another instance's leases) runs
+	// again after a short random pause: commitAttempts times, or, under a
+	// command deadline, as long as it leaves room, so that two instances'
+	// contended scripts take turns instead of answering TRYAGAIN to a
+	// client that does not retry (node-redisson across instances).
+	deadline, _ := ctx.Deadline()
+	attempts, rounds := 0, 0
+	for {
 		out := b.modelRound(ctx, db, s, keys, args, ro, read)
 		switch {
 		case len(out.missing) > 0:
+			if rounds++; rounds >= modelRounds {
+				return backend.Value{}, backend.Reply("ERR lockproxy: the script keeps reaching keys it did not name in KEYS")
+			}
 			read = append(read, out.missing...)
 			continue
-		case out.lost && attempts+1 < commitAttempts && ctx.Err() == nil:
+		case out.lost && ctx.Err() == nil && (attempts+1 < commitAttempts || !deadline.IsZero() && !deadlineNear(deadline)):
 			attempts++
 			select {
 			case <-time.After(splitPause(attempts)):
@@ -106,7 +115,6 @@ func (b *Backend) evalModel(ctx context.Context, db int, s backend.Script, keys 
 		}
 		return out.v, out.err
 	}
-	return backend.Value{}, backend.Reply("ERR lockproxy: the script keeps reaching keys it did not name in KEYS")
 }
 
 // scriptSpace is the KeySpace a script runs on: the round's model View;
