@@ -46,9 +46,15 @@ type blockers struct {
 	mu    sync.Mutex
 	byKey map[blockKey][]*blocked // in the order they blocked
 	byID  map[int64]*blocked
-	// serving are the keys a serve runs for (serveKey), true when another
-	// was asked for meanwhile.
-	serving map[blockKey]bool
+	// serving are the keys a serve runs for (serveKey).
+	serving map[blockKey]*serveRun
+}
+
+// serveRun is a serve of one key that runs: again when another was asked
+// for meanwhile; done closes when it has ended, rounds asked for included.
+type serveRun struct {
+	again bool
+	done  chan struct{}
 }
 
 type blockKey struct {
@@ -89,9 +95,20 @@ func (b *blocked) signal() {
 	}
 }
 
-// woken serves the clients blocked on keys of db after a write of them:
-// at once, on this goroutine (wait), or on a goroutine of its own.
-func (bs *blockers) woken(db int, keys [][]byte, wait bool) {
+// How woken serves: on a goroutine of its own (serveAsync); on this one,
+// leaving a key whose serve runs elsewhere to that serve (serveHere); or
+// on this one and, for such a key, until that serve has ended
+// (serveAndWait: a writer's reply, and its next command, come after the
+// clients it served).
+const (
+	serveAsync = iota
+	serveHere
+	serveAndWait
+)
+
+// woken serves the clients blocked on keys of db after a write of them,
+// as how says.
+func (bs *blockers) woken(db int, keys [][]byte, how int) {
 	if bs.n.Load() == 0 {
 		return
 	}
@@ -106,16 +123,16 @@ func (bs *blockers) woken(db int, keys [][]byte, wait bool) {
 	if len(ready) == 0 {
 		return
 	}
-	if !wait {
-		go bs.serve(ready)
+	if how == serveAsync {
+		go bs.serve(ready, false)
 		return
 	}
-	bs.serve(ready)
+	bs.serve(ready, how == serveAndWait)
 }
 
-func (bs *blockers) serve(ready []blockKey) {
+func (bs *blockers) serve(ready []blockKey, wait bool) {
 	for _, bk := range ready {
-		bs.serveKey(bk)
+		bs.serveKey(bk, wait)
 	}
 }
 
@@ -127,24 +144,33 @@ func (bs *blockers) serve(ready []blockKey) {
 // One serve of a key runs at a time: two at once (a write's, and a
 // blocked client's own look, or another instance's write) would each take
 // a client, and the second in line could pop before the first. A serve
-// asked for while one runs makes that one go round again instead.
-func (bs *blockers) serveKey(bk blockKey) {
+// asked for while one runs makes that one go round again instead, and,
+// with wait, returns once it has: a writer's next command sees what the
+// clients it woke took, as on Redis. Only a goroutine that owns no serve
+// waits (a serve inside a blocked client's try, BLMOVE's push, does not),
+// so no two serves wait for each other.
+func (bs *blockers) serveKey(bk blockKey, wait bool) {
 	bs.mu.Lock()
-	if _, running := bs.serving[bk]; running {
-		bs.serving[bk] = true
+	if run := bs.serving[bk]; run != nil {
+		run.again = true
 		bs.mu.Unlock()
+		if wait {
+			<-run.done
+		}
 		return
 	}
 	if bs.serving == nil {
-		bs.serving = map[blockKey]bool{}
+		bs.serving = map[blockKey]*serveRun{}
 	}
-	bs.serving[bk] = false
+	run := &serveRun{done: make(chan struct{})}
+	bs.serving[bk] = run
 	bs.mu.Unlock()
+	defer close(run.done)
 	for again := true; again; {
 		bs.serveInOrder(bk)
 		bs.mu.Lock()
-		if again = bs.serving[bk]; again {
-			bs.serving[bk] = false
+		if again = run.again; again {
+			run.again = false
 		} else {
 			delete(bs.serving, bk)
 		}
@@ -159,7 +185,9 @@ func (bs *blockers) serveInOrder(bk blockKey) {
 		if b == nil {
 			return
 		}
+		b.cl.inServe.Store(true)
 		v, ok := b.try(true)
+		b.cl.inServe.Store(false)
 		if !ok {
 			b.state.Store(blockWaiting)
 			b.signal() // one whose timeout came meanwhile leaves now
@@ -205,7 +233,7 @@ func (bs *blockers) leave(b *blocked) bool {
 // wake them once they have run).
 func (cl *client) wakeBlocked(keys [][]byte) {
 	if !cl.inExec {
-		cl.s.blockers.woken(cl.db, keys, cl.alt == nil) // started on a loop: the backend's answers come through it
+		cl.s.blockers.woken(cl.db, keys, cl.serveHow())
 		return
 	}
 	for _, k := range keys {
@@ -217,9 +245,23 @@ func (cl *client) wakeBlocked(keys [][]byte) {
 // by command wrote.
 func (cl *client) wakeDeferred() {
 	for _, bk := range cl.execWoke {
-		cl.s.blockers.woken(bk.db, [][]byte{[]byte(bk.key)}, cl.alt == nil)
+		cl.s.blockers.woken(bk.db, [][]byte{[]byte(bk.key)}, cl.serveHow())
 	}
 	cl.execWoke = nil
+}
+
+// serveHow is how the client's write serves the clients it woke: on a
+// goroutine of its own when the command was started on a loop (the
+// backend's answers come through it); without waiting for another serve
+// when the write is a blocked client's, in its serve (serveKey).
+func (cl *client) serveHow() int {
+	switch {
+	case cl.alt != nil:
+		return serveAsync
+	case cl.inServe.Load():
+		return serveHere
+	}
+	return serveAndWait
 }
 
 // block registers cl as blocked on keys, served by try, and returns it
@@ -549,7 +591,7 @@ func (cl *client) blockUntil(name string, keys [][]byte, timeout time.Duration, 
 			case cl.s.drain.Load():
 				leaving = func() backend.Value { return cl.errorValue(name, context.Canceled) } // a drain does not wait for it
 			default:
-				bs.woken(cl.db, keys, true) // a wake-up lost between instances
+				bs.woken(cl.db, keys, serveHere) // a wake-up lost between instances
 			}
 		case <-end:
 			if leaving == nil {

@@ -47,6 +47,7 @@ type client struct {
 	queue    [][][]byte
 	closeNow bool        // QUIT: close after the reply
 	hungUp   atomic.Bool // the client went away while a command ran (hangUp)
+	inServe  atomic.Bool // blocked, its try runs in a serve (serveKey)
 	reply    replyMode
 	subs     subs   // pub/sub subscriptions (pubsub.go)
 	out      outbox // messages waiting for the front end to write them

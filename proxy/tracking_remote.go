@@ -166,7 +166,7 @@ func (r *remote) receive(channel, msg []byte) {
 			}
 			r.s.tracker.invalidate(w.keys, nil)
 			if w.keys != nil {
-				r.s.blockers.woken(w.db, w.keys, false) // on a goroutine: this one delivers the Bus's messages
+				r.s.blockers.woken(w.db, w.keys, serveAsync) // on a goroutine: this one delivers the Bus's messages
 			}
 		}
 	}
