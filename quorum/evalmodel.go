@@ -74,8 +74,29 @@ type modelOutcome struct {
 	lost    bool
 }
 
+// modelRun is what a round runs on the model: a client's script, or one
+// typed command (modelCommand), through c.
+type modelRun func(ctx context.Context, c *keycmd.ScriptCaller) (backend.Value, error)
+
 // evalModel runs a client's script on the model (the top of this file).
 func (b *Backend) evalModel(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
+	return b.onModel(ctx, db, keys, ro, func(ctx context.Context, c *keycmd.ScriptCaller) (backend.Value, error) {
+		return b.runner.Run(ctx, s, keys, args, c)
+	})
+}
+
+// modelCommand runs one typed write on the model, as a script of that
+// one command would run (typed.go: modelWrites).
+func (b *Backend) modelCommand(ctx context.Context, db int, keys []string, args [][]byte) (backend.Value, error) {
+	kc := keycmd.Lookup(args[0])
+	return b.onModel(ctx, db, keys, false, func(ctx context.Context, c *keycmd.ScriptCaller) (backend.Value, error) {
+		return kc.Exec(ctx, c.KS, db, args)
+	})
+}
+
+// onModel runs run on the model in rounds over keys and the keys it
+// reaches (the top of this file).
+func (b *Backend) onModel(ctx context.Context, db int, keys []string, ro bool, run modelRun) (backend.Value, error) {
 	read := make([]dbKey, 0, len(keys))
 	for _, k := range keys {
 		if dk := (dbKey{db, k}); !slices.Contains(read, dk) {
@@ -90,7 +111,7 @@ func (b *Backend) evalModel(ctx context.Context, db int, s backend.Script, keys 
 	deadline, _ := ctx.Deadline()
 	attempts, rounds := 0, 0
 	for {
-		out := b.modelRound(ctx, db, s, keys, args, ro, read)
+		out := b.modelRound(ctx, db, run, ro, read)
 		switch {
 		case len(out.missing) > 0:
 			if rounds++; rounds >= modelRounds {
@@ -210,7 +231,7 @@ func (b *Backend) newNonce() string {
 }
 
 // modelRound is one round (the top of this file) over the keys read.
-func (b *Backend) modelRound(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool, read []dbKey) modelOutcome {
+func (b *Backend) modelRound(ctx context.Context, db int, run modelRun, ro bool, read []dbKey) modelOutcome {
 	names := make([]string, len(read))
 	for j, k := range read {
 		names[j] = k.key
@@ -267,7 +288,7 @@ func (b *Backend) modelRound(ctx context.Context, db int, s backend.Script, keys
 	view := b.scriptView(ctx, sp, snap, read, now, &missing)
 	abs := map[dbKey]bool{}
 	c := &keycmd.ScriptCaller{KS: scriptSpace{view, abs}, DB: db, RO: ro, Hub: b.bus.hub}
-	v, err := b.runner.Run(ctx, s, keys, args, c)
+	v, err := run(ctx, c)
 	if len(missing) > 0 {
 		release()
 		return modelOutcome{missing: missing}

@@ -112,7 +112,7 @@ func (b *Backend) lockproxy(ctx context.Context, db int, args [][]byte) (backend
 func (b *Backend) newFence(ctx context.Context) (int64, error) {
 	read := &req{}
 	read.cmds.Strs("hget", markerKey, "fence")
-	base, err := b.counterBase(b.fanout(ctx, markerDB, markerKey, same(read), nil)) // as a counter's read
+	base, err := b.fenceBase(b.fanout(ctx, markerDB, markerKey, same(read), nil))
 	if err != nil {
 		return 0, err
 	}
@@ -140,4 +140,40 @@ func (b *Backend) holds(ctx context.Context, db int, key string, tok []byte) (bo
 	runScript(&r.cmds, holdsScript, false, []string{key}, tok)
 	defer b.rlockKeys(key)()
 	return b.voteBool(b.fanout(ctx, db, key, same(r), scriptFallback(holdsScript, []string{key}, tok)))
+}
+
+// fenceBase is the largest fence among the nodes' HGET replies: fences
+// only rise (fenceRaise), so the largest of Q replies is at least the
+// last fence taken. Redis's errors when Q nodes agree on one.
+func (b *Backend) fenceBase(replies []nodeReply) (int64, error) {
+	if err, ok := b.voteError(replies); ok {
+		return 0, err
+	}
+	var base int64
+	have, notInt := 0, 0
+	for _, r := range replies {
+		v, ok := one(r)
+		if !ok || (v.Kind != backend.KindNil && v.Kind != backend.KindBulk) {
+			continue
+		}
+		var n int64 // absent: 0
+		if v.Kind == backend.KindBulk {
+			var isInt bool
+			if n, isInt = backend.ParseInt(v.Str); !isInt {
+				notInt++
+				continue
+			}
+		}
+		if have == 0 || n > base {
+			base = n
+		}
+		have++
+	}
+	switch {
+	case notInt >= b.q:
+		return 0, backend.Reply(backend.MsgNotInteger)
+	case have < b.q:
+		return 0, b.errNoQuorum(replies)
+	}
+	return base, nil
 }

@@ -12,14 +12,16 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
+	"github.com/lockproxy/lockproxy/keycmd"
 	"github.com/lockproxy/lockproxy/resp"
 )
 
 // setScript is SET with every condition of the model, run on each node so
-// that IFEQ/IFNE and GET work on Redis 7 too. ARGV: token, cond (always,
+// that IFEQ/IFNE work on Redis 7 too (SET … GET runs on the model:
+// setOnModel). ARGV: token, cond (always,
 // nx, xx, eq, ne), match, expiry mode (none, px, pxat, keepttl), expiry
 // value. It answers {written, had a previous value, the previous value}.
-// The common forms without GET are sent as a plain SET.
+// The common forms are sent as a plain SET.
 var setScript = newNodeScript(`local cur = redis.call('get', KEYS[1])
 local c = ARGV[2]
 local go = c == 'always' or (c == 'nx' and not cur) or (c == 'xx' and cur ~= false) or
@@ -123,6 +125,9 @@ func parseSet(v backend.Value, plain bool) (setResult, bool) {
 // Redlock's validity check and owner-checked undo, and is sent again when
 // it lost a split vote (splitVote).
 func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
+	if o.Get { // it reads before it writes: on the model (typed.go: modelWrites)
+		return b.setOnModel(ctx, db, key, token, o)
+	}
 	for splits := 0; ; splits++ {
 		res, err, undone := b.setOnce(ctx, db, key, token, o)
 		deadline, _ := ctx.Deadline()
@@ -141,11 +146,22 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 	}
 }
 
+// setOnModel is SET … GET: one command on the model (evalmodel.go).
+func (b *Backend) setOnModel(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
+	var res backend.SetResult
+	_, err := b.onModel(ctx, db, []string{key}, false, func(ctx context.Context, c *keycmd.ScriptCaller) (backend.Value, error) {
+		var err error
+		res, err = c.KS.Set(ctx, db, key, token, o)
+		return backend.Value{}, err
+	})
+	return res, err
+}
+
 // setOnce is one attempt of Set; undone marks the nodes whose writes it
 // undid.
 func (b *Backend) setOnce(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (_ backend.SetResult, _ error, undone []bool) {
 	mode, val, ttl := setExpiry(o)
-	plain := !o.Get && (o.Cond == backend.Always || o.Cond == backend.IfAbsent || o.Cond == backend.IfPresent)
+	plain := (o.Cond == backend.Always || o.Cond == backend.IfAbsent || o.Cond == backend.IfPresent)
 	r, again := setRequest(key, token, o, plain, mode, val)
 	if err := b.coverTTL(ctx, ttl); err != nil { // the horizon marker first (marker.go)
 		return backend.SetResult{}, err, nil
@@ -153,7 +169,7 @@ func (b *Backend) setOnce(ctx context.Context, db int, key string, token []byte,
 	defer b.lockKeys(key)()
 	start := time.Now()
 	var certain func([]nodeReply) bool
-	if o.Cond == backend.IfAbsent && !o.Get {
+	if o.Cond == backend.IfAbsent {
 		certain = func(replies []nodeReply) bool { return b.setCertain(replies, plain) }
 	}
 	lo := &lop{db: db, again: again, certainFn: certain}
@@ -301,7 +317,7 @@ func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl 
 		line, _, _ := strings.Cut(err.(*backend.ReplyError).Reply, " script: ")
 		return backend.SetResult{}, backend.Reply(line), undo
 	}
-	results, wrote, refused := tallySet(replies, plain)
+	wrote, refused := tallySet(replies, plain)
 	// The validity rule applies to an acquire with a future expiry; without
 	// one (no TTL, KEEPTTL on an absent key) the lock has no deadline to
 	// miss, and with one in the past Redis itself answers OK for a key that
@@ -314,13 +330,6 @@ func (b *Backend) setOutcome(o backend.SetOptions, plain bool, mode string, ttl 
 		undo = wroteOn(replies, plain)
 	}
 	res := backend.SetResult{}
-	if o.Get {
-		prev, had, ok := b.votePrev(results)
-		if !ok {
-			return backend.SetResult{}, b.errNoQuorum(replies), undo
-		}
-		res.Prev, res.HadPrev = prev, had
-	}
 	if wrote >= b.q && valid {
 		res.Written = true
 		b.noteTTL(ttl)
@@ -433,11 +442,9 @@ func setRequest(key string, token []byte, o backend.SetOptions, plain bool, mode
 
 // tallySet parses the nodes' SET replies and counts the writes and the
 // refusals among them.
-func tallySet(replies []nodeReply, plain bool) (results []setResult, wrote, refused int) {
-	results = make([]setResult, 0, len(replies))
+func tallySet(replies []nodeReply, plain bool) (wrote, refused int) {
 	for _, nr := range replies {
 		if sr, ok := setReply(nr, plain); ok {
-			results = append(results, sr)
 			if sr.written {
 				wrote++
 			} else {
@@ -445,7 +452,7 @@ func tallySet(replies []nodeReply, plain bool) (results []setResult, wrote, refu
 			}
 		}
 	}
-	return results, wrote, refused
+	return wrote, refused
 }
 
 // setReply is one node's answer to a SET; ok is false for a node failure
@@ -489,22 +496,6 @@ func undoRequest(key string, token []byte) (*req, func(int, nodeReply) *req) {
 	return r, scriptFallback(delIfScript, []string{key}, token, []byte("eq"))
 }
 
-// votePrev returns the previous value Q nodes agree on.
-func (b *Backend) votePrev(results []setResult) ([]byte, bool, bool) {
-	for i, r := range results {
-		n := 0
-		for _, o := range results[i:] {
-			if o.had == r.had && (!r.had || bytes.Equal(o.prev, r.prev)) {
-				n++
-			}
-		}
-		if n >= b.q {
-			return r.prev, r.had, true
-		}
-	}
-	return nil, false, false
-}
-
 // voteValue returns the reply Q nodes agree on; error replies count as
 // replies, node failures do not.
 func (b *Backend) voteValue(vals []backend.Value, ok []bool) (backend.Value, bool) {
@@ -527,7 +518,7 @@ func (b *Backend) voteValue(vals []backend.Value, ok []bool) (backend.Value, boo
 
 // setError is voteError for a SET whose form can meet WRONGTYPE.
 func (b *Backend) setError(o backend.SetOptions, replies []nodeReply) (error, bool) {
-	if !o.Get && o.Cond != backend.IfEqual && o.Cond != backend.IfNotEqual {
+	if o.Cond != backend.IfEqual && o.Cond != backend.IfNotEqual {
 		return nil, false
 	}
 	return b.voteError(replies)

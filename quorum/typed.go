@@ -23,9 +23,10 @@ const msgMarkerReserved = "ERR lockproxy reserves " + markerKey + " in database 
 // back (backend.KindPairs). EXPIRETIME and PEXPIRETIME answer the median
 // of the nodes' deadlines, which differ by the nodes' receipt times.
 //
-// Counters are counter.go's, the commands on the key space as a whole
-// keyspace.go's. The horizon
-// marker is out of reach of these commands (msgMarkerReserved).
+// The commands on the key space as a whole are keyspace.go's; the writes
+// that do not take the same twice (counters, pushes, pops: modelWrites)
+// run on the model. The horizon marker is out of reach of these commands
+// (msgMarkerReserved).
 //
 // A read ends once Q nodes gave the same reply, so a paused or slow node
 // costs nothing. A write that may add runs as a script watched by value
@@ -43,11 +44,11 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	if db == markerDB && slices.Contains(keys, markerKey) {
 		return backend.Value{}, backend.Reply(msgMarkerReserved)
 	}
-	switch name {
-	case "incr", "decr", "incrby", "decrby":
-		return b.counter(ctx, db, keys[0], name, args)
-	case "lockproxy": // fencing.go
+	if name == "lockproxy" { // fencing.go
 		return b.lockproxy(ctx, db, args)
+	}
+	if len(keys) > 0 && modelWrite(name, args) {
+		return b.modelCommand(ctx, db, keys, args)
 	}
 	c := keycmd.Lookup(args[0])
 	if c != nil && c.Write && len(keys) > 0 && !removesOnly[name] {
@@ -122,29 +123,46 @@ func typedReply(name string, args [][]byte, v backend.Value) backend.Value {
 
 // typedWriteScript runs a typed write as the client sent it, its reply in
 // RESP3 as the command's own (a double stays a double), an error reply
-// returned rather than raised, so that it reads as the command's. Lua's
-// numbers are doubles, so HINCRBY's reply, any int64, comes back as the
-// field's text in a map of one entry (typedInt), which no typed write
-// answers otherwise (the TestDifferentialQuorum corpus caught 2^63-1
-// coming back as -2^63).
+// returned rather than raised, so that it reads as the command's. (The
+// writes whose replies are counts beyond Lua's doubles, HINCRBY's, run on
+// the model: modelWrites.)
 var typedWriteScript = backend.Script{Src: typedWriteSrc, SHA1: luascripts.SHA1(typedWriteSrc)}
 
-const (
-	typedInt      = "lockproxy:int"
-	typedWriteSrc = "redis.setresp(3) local r = redis.pcall(unpack(ARGV)) " +
-		"if type(r) == 'number' and string.lower(ARGV[1]) == 'hincrby' then " +
-		"return {map = {['" + typedInt + "'] = redis.call('hget', KEYS[1], ARGV[3])}} end return r"
-)
+const typedWriteSrc = "redis.setresp(3) return redis.pcall(unpack(ARGV))"
 
-// removesOnly are the typed writes that only take away (a release: a
-// semaphore's ZREM, a pop). They run as sent, not as typedWrite: putting
-// one back where it lost the vote would give a released permit back to
-// its holder until the TTL. Found by TestAvailability under the suite's
-// load: with a node slow, the Semaphore's releases missed their majority,
-// were put back everywhere, and contended grants fell to a twentieth.
+// removesOnly are the typed writes that only take away, and take the same
+// whether they run once or twice (a release: a semaphore's ZREM). They
+// run as sent, not as typedWrite: putting one back where it lost the vote
+// would give a released permit back to its holder until the TTL. Found
+// by TestAvailability under the suite's load: with a node slow, the
+// Semaphore's releases missed their majority, were put back everywhere,
+// and contended grants fell to a twentieth.
 var removesOnly = map[string]bool{
-	"zrem": true, "zremrangebyscore": true, "zpopmin": true, "zpopmax": true,
-	"hdel": true, "srem": true, "lrem": true, "lpop": true, "rpop": true, "ltrim": true,
+	"zrem": true, "zremrangebyscore": true, "hdel": true, "srem": true,
+}
+
+// modelWrites are the typed writes whose effect depends on the state they
+// find and that do not take the same when they run twice: counters,
+// pushes, pops, moves. Run on each node as sent, two instances'
+// writes reach the nodes in different orders, the replies split, and one
+// answered TRYAGAIN stays applied where it ran (issue 39: 240
+// acknowledged HINCRBYs read back as 505). They run once, on the model,
+// as a script of that one command would (evalmodel.go): read from a
+// majority under leases, committed compare-and-set, put back on TRYAGAIN.
+// modelWrite adds ZADD … INCR; SET … GET takes the same path from Set.
+var modelWrites = map[string]bool{
+	"incr": true, "decr": true, "incrby": true, "decrby": true, "hincrby": true, "zincrby": true,
+	"lpush": true, "rpush": true, "lpushx": true, "rpushx": true, "lpop": true, "rpop": true,
+	"lmove": true, "rpoplpush": true, "lrem": true, "ltrim": true, "zpopmin": true, "zpopmax": true,
+}
+
+// modelWrite reports whether the typed write name with args runs on the
+// model: one of modelWrites, or ZADD … INCR.
+func modelWrite(name string, args [][]byte) bool {
+	if modelWrites[name] {
+		return true
+	}
+	return name == "zadd" && slices.ContainsFunc(args[2:], func(a []byte) bool { return strings.EqualFold(string(a), "incr") })
 }
 
 // typedWrite runs a typed write that may add (HSET, ZADD, RENAME …) on the
@@ -155,11 +173,6 @@ func (b *Backend) typedWrite(ctx context.Context, db int, name string, keys []st
 	v, err := b.runEval(ctx, db, typedWriteScript, keys, args, false, watchValues, false)
 	if err != nil {
 		return backend.Value{}, err
-	}
-	if v.Kind == backend.KindMap && len(v.Elems) == 2 && string(v.Elems[0].Str) == typedInt {
-		if n, ok := backend.ParseInt(v.Elems[1].Str); ok {
-			return backend.Int(n), nil
-		}
 	}
 	return typedReply(name, args, v), nil
 }
