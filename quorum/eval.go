@@ -272,7 +272,8 @@ func (b *Backend) keysOutcome(keys []string, args [][]byte, w scriptWatch, at in
 	// took plus the drift allowance, by the shortest TTL a creating node
 	// reports.
 	late := agreed && shortest > 0 && elapsed+b.drift(shortest) >= shortest
-	undoAll = !agreed || late
+	over := agreed && b.overMax(longest) // what it created goes; an extend keeps its TTL (noted above)
+	undoAll = !agreed || late || over
 	if !undoAll && watch {
 		// A node that gave the agreed reply keeps what the script did
 		// there: the client hears that reply, so that node's state is the
@@ -286,6 +287,8 @@ func (b *Backend) keysOutcome(keys []string, args [][]byte, w scriptWatch, at in
 		}
 	}
 	switch {
+	case over:
+		return backend.Value{}, b.errOverMax(longest), created, count, undoAll
 	case late:
 		return backend.Value{}, &backend.ReplyError{Reply: fmt.Sprintf(
 			"TRYAGAIN quorum reached too late: the script's acquire took %dms of a %dms TTL", elapsed.Milliseconds(), shortest.Milliseconds())}, created, count, undoAll

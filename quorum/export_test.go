@@ -20,3 +20,6 @@ func Stripe(key string) uint8 { return stripe(key) }
 func (b *Backend) EvalModel(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
 	return b.evalModel(ctx, db, s, keys, args, ro)
 }
+
+// CheckAll is checkAll: one round of the monitor, now.
+func (b *Backend) CheckAll() { b.checkAll() }

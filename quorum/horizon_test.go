@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -315,4 +316,95 @@ func infoValue(line, field string) string {
 		}
 	}
 	return ""
+}
+
+// TestMarkerFirstWriteMissed is issue 43's item 3: on a new cluster the
+// first marker write to a node can time out on a loaded machine; the node,
+// whose process was there and empty at the cluster's birth, then lacks the
+// marker the others have. It forgot nothing: it keeps its vote and gets the
+// marker again. The same node losing the marker after it showed it (a
+// FLUSHALL on it) is still kept out.
+func TestMarkerFirstWriteMissed(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := t.Context()
+	b := newBackendCfg(t, quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout, CheckInterval: time.Hour})
+	mc := markerClient(t, nodes[2].Addr)
+	if err := mc.Del(ctx, markerKey).Err(); err != nil { // the write that did not reach it
+		t.Fatal(err)
+	}
+	// Locks granted meanwhile make the horizon a minute.
+	if res, err := b.Set(ctx, 0, "k", []byte("A"), acq(time.Minute)); err != nil || !res.Written {
+		t.Fatalf("acquire = %+v, %v", res, err)
+	}
+	b.CheckAll()
+	if q := b.Quarantined(); len(q) != 0 {
+		t.Fatalf("a node whose first marker write was missed is kept out: %v", q)
+	}
+	if n, err := mc.Exists(ctx, markerKey).Result(); err != nil || n != 1 {
+		t.Fatalf("the marker was not written again: exists = %d, %v", n, err)
+	}
+	b.CheckAll() // the monitor's next round reads it with the marker
+	// Now it has shown the marker: losing it is losing its data.
+	if err := mc.Del(ctx, markerKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b.CheckAll()
+	if q := b.Quarantined(); !slices.Equal(q, []string{nodes[2].Addr}) {
+		t.Fatalf("quarantined %v after the node lost the marker it had shown; want %s", q, nodes[2].Addr)
+	}
+}
+
+// TestMaxTTL: with quorum-max-ttl set, a write with a longer TTL is
+// refused and leaves nothing on the nodes, by every path (the blocking
+// acquire, the event loop's, a lock script the nodes run, an expiry on
+// the model), and one within it is granted.
+func TestMaxTTL(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := t.Context()
+	b := newBackendCfg(t, quorum.Config{Nodes: addrsOf(nodes), NodeTimeout: testTimeout, MaxTTL: 10 * time.Second})
+	over := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "longer than quorum-max-ttl (10000ms)") {
+			t.Errorf("%s: err = %v; want the quorum-max-ttl refusal", what, err)
+		}
+	}
+	absent := func(key string) { // on every node, once the late replies are in
+		t.Helper()
+		var on []string
+		if !testsrv.Settled(func() bool {
+			on = on[:0]
+			for _, n := range nodes {
+				if v, err := directClient(t, n.Addr, 0).Exists(ctx, key).Result(); err != nil || v != 0 {
+					on = append(on, n.Addr)
+				}
+			}
+			return len(on) == 0
+		}) {
+			t.Errorf("%s is left on %v; want it on no node", key, on)
+		}
+	}
+	_, err := b.Set(ctx, 0, "blocking", []byte("A"), acq(time.Minute))
+	over("blocking SET NX PX 60000", err)
+	absent("blocking")
+	_, err = b.Eval(ctx, 0, script(reentrantSrc), []string{"script"}, [][]byte{[]byte("A"), []byte("60000")}, false)
+	over("acquire script", err)
+	absent("script")
+	if res, err := b.Set(ctx, 0, "ok", []byte("A"), acq(5*time.Second)); err != nil || !res.Written {
+		t.Fatalf("SET NX PX 5000 = %+v, %v; want granted", res, err)
+	}
+	_, err = b.Do(ctx, 0, []string{"h"}, [][]byte{[]byte("hincrby"), []byte("h"), []byte("f"), []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Eval(ctx, 0, script(`return redis.call('pexpire', KEYS[1], ARGV[1])`), []string{"h"}, [][]byte{[]byte("60000")}, false)
+	over("PEXPIRE on the model", err)
+	for _, n := range nodes {
+		if ttl, err := directClient(t, n.Addr, 0).PTTL(ctx, "h").Result(); err != nil || ttl != -1 {
+			t.Errorf("node %s: PTTL h = %v, %v; want none", n.Addr, ttl, err)
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: testsrv.StartLockproxy(t, proxy.Config{BackendName: "quorum"}, b), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	over("SET NX PX 60000 through lockproxy", c.SetArgs(ctx, "loop", "A", redis.SetArgs{Mode: "NX", TTL: time.Minute}).Err())
+	absent("loop")
 }

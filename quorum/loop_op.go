@@ -537,6 +537,11 @@ func (ql *qloop) StartSet(h *backend.Holder, db int, key string, token []byte, o
 		return false
 	}
 	mode, val, ttl := setExpiry(o)
+	if ql.b.overMax(ttl) {
+		err := ql.b.errOverMax(ttl)
+		ql.exec(func() { done(backend.SetResult{}, err) }) // never from within its own Start
+		return true
+	}
 	r, _ := setRequest(key, token, o, true, mode, val) // plain: no script, no fallback
 	lo := &lop{ql: ql, db: db, kind: kindSet, key: key, token: token, setOpt: o, mode: mode, ttl: ttl, setDone: done, holder: h}
 	lo.req, lo.deadline = r, deadline

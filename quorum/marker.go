@@ -41,7 +41,10 @@ package quorum
 //     MULTI, with its persistence settings, and:
 //     it lacks the marker while another node has it: it lost its data;
 //     out of votes for the longest TTL known (H), from now, even when it
-//     persists (its disk did not keep the marker either);
+//     persists (its disk did not keep the marker either) — unless this
+//     instance read its process, empty, when no node had the marker (a
+//     new cluster) and never saw the marker there since: then the
+//     marker's first write did not reach it, and it forgot nothing;
 //     its run_id changed while watched and it does not persist every
 //     write: H from now (the rule of safety.go);
 //     it persists every write (appendonly yes, appendfsync always): votes;
@@ -176,7 +179,15 @@ func (b *Backend) closeHorizon() error {
 // horizonTTL is H: the longest TTL granted that this instance knows of,
 // by itself or by any instance (a marker it read).
 func (b *Backend) horizonTTL() time.Duration {
-	return max(time.Duration(b.maxTTL.Load()), time.Duration(b.hz.seen.Load())*time.Millisecond)
+	seen := time.Duration(b.hz.seen.Load()) * time.Millisecond
+	if b.cfg.MaxTTL > 0 {
+		// Longer TTLs are refused (coverTTL): a marker's longer one is
+		// from before the setting. This instance's own grants count
+		// whole (a lock script's extend past it is answered the error
+		// but keeps its TTL, as a failed script keeps its writes).
+		seen = min(seen, b.cfg.MaxTTL)
+	}
+	return max(time.Duration(b.maxTTL.Load()), seen)
 }
 
 // read reads node i: INFO, its marker (in one MULTI, so that run_id,
@@ -314,14 +325,27 @@ func (b *Backend) needsCover(d time.Duration) bool {
 	return d > 0 && ceilMs(d) > b.hz.known.Load()
 }
 
+// overMax reports whether d is longer than Config.MaxTTL allows.
+func (b *Backend) overMax(d time.Duration) bool { return b.cfg.MaxTTL > 0 && d > b.cfg.MaxTTL }
+
+// errOverMax is the refusal of a TTL d longer than Config.MaxTTL.
+func (b *Backend) errOverMax(d time.Duration) error {
+	return backend.Reply(fmt.Sprintf("ERR lockproxy: a TTL of %dms is longer than quorum-max-ttl (%dms)",
+		ceilMs(d), b.cfg.MaxTTL.Milliseconds()))
+}
+
 func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // coverTTL makes the marker cover d on a majority of nodes before a write
 // with TTL d is answered OK. It returns at once when it already does
 // (always but when the longest TTL grows); otherwise it raises the marker
-// on every node and waits for a majority, or answers TRYAGAIN. It blocks:
+// on every node and waits for a majority, or answers TRYAGAIN. A TTL
+// longer than Config.MaxTTL is refused. It blocks:
 // not for an event loop (see needsCover).
 func (b *Backend) coverTTL(ctx context.Context, d time.Duration) error {
+	if b.overMax(d) {
+		return b.errOverMax(d)
+	}
 	if !b.needsCover(d) {
 		return nil
 	}

@@ -47,6 +47,11 @@ type Config struct {
 	// leased on the nodes for it and a few node timeouts at most
 	// (evalmodel.go). default: 5s
 	ScriptTimeLimit time.Duration
+	// MaxTTL, when set, is the longest TTL granted: a write with a longer
+	// one is refused before anything is written (or undone, for a lock
+	// script the nodes run), and a node's quarantine after a restart
+	// never exceeds it (marker.go). default: 0, none
+	MaxTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {

@@ -28,6 +28,10 @@ type health struct {
 	// restartRunID is the run_id of the last restart seen (quarantined for
 	// once).
 	restartRunID string
+	// bornRun is the run_id the node had when read in a round where no
+	// node had the marker (a new cluster: that process held nothing of
+	// lockproxy's); markerRun, the run_id it last showed the marker in.
+	bornRun, markerRun string
 
 	// From the node's INFO at the last check that reached it.
 	checkRTT     time.Duration // how long that INFO took
@@ -244,12 +248,23 @@ func (b *Backend) check(i int, r reading, others, round bool) *markerWrite {
 		} else {
 			b.quarantine(i, d, why)
 		}
+	case !r.has && round && h.bornRun == runID && h.markerRun != runID:
+		// Its process was there, empty, at the cluster's birth and never
+		// showed the marker: the marker's first write did not reach it (a
+		// timeout on a loaded machine). It forgot nothing.
+		b.cfg.Logger.Info("quorum node: the horizon marker's first write did not reach it: writing it again", "node", n.addr)
 	case !r.has && round: // the same process lost the marker the others have
 		d = H
 		b.quarantine(i, d, "it lacks the horizon marker other nodes have without having restarted: it lost its data (FLUSHALL?)")
 	case !r.has:
 		b.cfg.Logger.Warn("quorum: no node has the horizon marker any more (deleted through a client?): writing it again",
 			"node", n.addr)
+	}
+	switch {
+	case r.has:
+		h.markerRun = runID
+	case !others: // a new cluster (others covers this round too)
+		h.bornRun = runID
 	}
 	h.runID = runID
 	if h.streamRunID == "" || h.streamRunID == runID { // else a stream met a newer process: read again

@@ -26,6 +26,7 @@ type Config struct {
 	Backend          string   `yaml:"backend"`
 	QuorumNodes      string   `yaml:"quorum-nodes"`
 	QuorumTimeout    string   `yaml:"quorum-node-timeout"`
+	QuorumMaxTTL     string   `yaml:"quorum-max-ttl"`
 	PostgresDSN      string   `yaml:"postgres-dsn"`
 	PostgresStrategy string   `yaml:"postgres-strategy"`
 	PostgresSchema   string   `yaml:"postgres-schema"`
@@ -70,7 +71,7 @@ func defaults() Config {
 		PostgresRowDelay: "200ms",
 		AdminListen:      "127.0.0.1:9121", ProtectedMode: true, AllowFlush: true, LogLevel: "info", LogFormat: "text",
 		MaxClients: 10000, MaxRequestBytes: 8 << 20, MaxScriptBytes: 1 << 20,
-		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", ScriptMemory: "64mb", QuorumTimeout: "50ms", IdleTimeout: "0s",
+		ShutdownTimeout: "10s", ScriptTimeLimit: "5s", ScriptMemory: "64mb", QuorumTimeout: "50ms", QuorumMaxTTL: "0s", IdleTimeout: "0s",
 		MigrateTimeout: "50ms", DataPath: "loops",
 	}
 }
@@ -210,6 +211,9 @@ func (c Config) validateBackend(add func(key, problem, fix string)) {
 	if c.Backend != "quorum" && c.QuorumNodes != "" {
 		add("quorum-nodes", "set while backend is "+c.Backend+": it would be ignored", "remove it, or set backend: quorum")
 	}
+	if c.Backend != "quorum" && c.QuorumMaxTTL != "0s" && c.QuorumMaxTTL != "" {
+		add("quorum-max-ttl", "set while backend is "+c.Backend+": it would be ignored", "remove it, or set backend: quorum")
+	}
 	if c.Backend != "postgres" && c.PostgresDSN != "" {
 		add("postgres-dsn", "set while backend is "+c.Backend+": it would be ignored", "remove it, or set backend: postgres")
 	}
@@ -290,6 +294,9 @@ func (c Config) validateLimits(add func(key, problem, fix string)) {
 	}
 	if d, err := parseDuration(c.IdleTimeout); err != nil || d < 0 {
 		add("idle-timeout", fmt.Sprintf("%q is not a duration of 0 or more", c.IdleTimeout), "e.g. 300s, or 0 to never close idle clients")
+	}
+	if d, err := parseDuration(c.QuorumMaxTTL); err != nil || d < 0 {
+		add("quorum-max-ttl", fmt.Sprintf("%q is not a duration of 0 or more", c.QuorumMaxTTL), "e.g. 5m, or 0s for no limit")
 	}
 	if d, err := parseDuration(c.PostgresRowDelay); err != nil || d < 0 {
 		add("postgres-lease-row-delay", fmt.Sprintf("%q is not a duration of 0 or more", c.PostgresRowDelay), "e.g. 200ms, or 0s to write every lease row at once")

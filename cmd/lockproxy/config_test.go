@@ -117,6 +117,8 @@ func TestValidationMessages(t *testing.T) {
 		{"postgres without dsn", func(c *Config) { c.Backend = "postgres" }, `postgres-dsn: empty while backend is postgres (e.g. postgres://lockproxy@db.internal:5432/locks)`},
 		{"schema", func(c *Config) { c.Backend, c.PostgresDSN, c.PostgresSchema = "postgres", "postgres://x", "a-b" }, `postgres-schema: "a-b" is not a plain identifier (letters, digits and _, e.g. lockproxy)`},
 		{"quorum timeout", func(c *Config) { c.QuorumTimeout = "x" }, `quorum-node-timeout: "x" is not a positive duration (e.g. 10s or 500ms)`},
+		{"quorum max ttl", func(c *Config) { c.Backend, c.QuorumNodes, c.QuorumMaxTTL = "quorum", "a:1,b:1,c:1", "-1s" }, `quorum-max-ttl: "-1s" is not a duration of 0 or more (e.g. 5m, or 0s for no limit)`},
+		{"quorum max ttl elsewhere", func(c *Config) { c.QuorumMaxTTL = "5m" }, `quorum-max-ttl: set while backend is memory: it would be ignored (remove it, or set backend: quorum)`},
 		{"strategy", func(c *Config) { c.PostgresStrategy = "x" }, `postgres-strategy: unknown strategy "x" (use advisory or lease)`},
 		{"admin", func(c *Config) { c.AdminListen = "x" }, `admin-listen: "x" is not host:port (e.g. 127.0.0.1:9121, or empty to disable)`},
 		{"log level", func(c *Config) { c.LogLevel = "loud" }, `log-level: unknown level "loud" (use debug, info, warn or error)`},

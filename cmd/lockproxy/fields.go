@@ -81,6 +81,7 @@ func fields(c *Config) []field {
 		str("backend", "memory, quorum or postgres", &c.Backend),
 		nodesField(c),
 		str("quorum-node-timeout", "how long one operation may take on one quorum node", &c.QuorumTimeout),
+		str("quorum-max-ttl", "the longest TTL quorum grants (longer ones are refused); it bounds a restarted node's quarantine; 0s: none", &c.QuorumMaxTTL),
 		str("postgres-dsn", "PostgreSQL connection string", &c.PostgresDSN),
 		str("postgres-strategy", "advisory or lease", &c.PostgresStrategy),
 		str("postgres-schema", "schema of the lease table (created if missing)", &c.PostgresSchema),

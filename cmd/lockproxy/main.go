@@ -261,8 +261,9 @@ func newBackend(cfg Config, scriptLimit time.Duration, log *slog.Logger, rec *re
 	switch cfg.Backend {
 	case "quorum":
 		timeout, _ := parseDuration(cfg.QuorumTimeout)
+		maxTTL, _ := parseDuration(cfg.QuorumMaxTTL)
 		nodes := cfg.nodes()
-		qc := quorum.Config{Nodes: nodes, NodeTimeout: timeout, Logger: log,
+		qc := quorum.Config{Nodes: nodes, NodeTimeout: timeout, MaxTTL: maxTTL, Logger: log,
 			Runner: luascripts.New(luascripts.Config{TimeLimit: scriptLimit, Logger: log}), ScriptTimeLimit: scriptLimit}
 		tc, err := cfg.quorumTLS()
 		if err != nil {
