@@ -23,3 +23,6 @@ func (b *Backend) EvalModel(ctx context.Context, db int, s backend.Script, keys 
 
 // CheckAll is checkAll: one round of the monitor, now.
 func (b *Backend) CheckAll() { b.checkAll() }
+
+// Acquires counts the blocking acquires run through StartSet.
+func (b *Backend) Acquires() int64 { return b.acquires.Load() }

@@ -123,10 +123,15 @@ func parseSet(v backend.Value, plain bool) (setResult, bool) {
 
 // Set implements backend.KeySpace. An acquire (NX with an expiry) gets
 // Redlock's validity check and owner-checked undo, and is sent again when
-// it lost a split vote (splitVote).
+// it lost a split vote (splitVote). An acquire with a relative TTL, the
+// lock libraries' form, runs as the front end's loops run it (acquire):
+// one acquire for every caller.
 func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (backend.SetResult, error) {
 	if o.Get { // it reads before it writes: on the model (typed.go: modelWrites)
 		return b.setOnModel(ctx, db, key, token, o)
+	}
+	if res, err, ok := b.acquire(ctx, db, key, token, o); ok {
+		return res, err
 	}
 	for splits := 0; ; splits++ {
 		res, err, undone := b.setOnce(ctx, db, key, token, o)
@@ -144,6 +149,33 @@ func (b *Backend) Set(ctx context.Context, db int, key string, token []byte, o b
 			return res, err
 		}
 	}
+}
+
+// acquire runs SET key token NX PX/EX on one of the Backend's own loops
+// through StartSet, the front end's loops' entry, and waits for its
+// outcome: the blocking callers (the goroutine front end, MULTI/EXEC,
+// migrate, tests) and the loops share one acquire, one undo and one
+// late-reply rule. ok is false when StartSet does not take it (another
+// form of SET; the loop's connections to db not tried yet; the loop
+// stopped): setOnce runs it. The wait ends with the operation, which its
+// deadline (ctx's) bounds.
+func (b *Backend) acquire(ctx context.Context, db int, key string, token []byte, o backend.SetOptions) (_ backend.SetResult, _ error, ok bool) {
+	type outcome struct {
+		res backend.SetResult
+		err error
+	}
+	ql := b.ownLoop(key)
+	started, end := make(chan bool, 1), make(chan outcome, 1)
+	deadline, _ := ctx.Deadline()
+	h := backend.HolderOf(ctx)
+	if ql.l.Execute(func() {
+		started <- ql.StartSet(h, db, key, token, o, deadline, func(res backend.SetResult, err error) { end <- outcome{res, err} })
+	}) != nil || !<-started {
+		return backend.SetResult{}, nil, false
+	}
+	b.acquires.Add(1)
+	out := <-end
+	return out.res, out.err, true
 }
 
 // setOnModel is SET … GET: one command on the model (evalmodel.go).

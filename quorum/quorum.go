@@ -91,7 +91,9 @@ type Backend struct {
 	health  []health
 	replies *prometheus.HistogramVec // per node: see metrics.go
 	maxTTL  atomic.Int64             // the longest TTL granted, as a Duration
-	hz      horizon                  // the horizon markers on the nodes (marker.go)
+	// acquires counts the blocking acquires run through StartSet (acquire).
+	acquires atomic.Int64
+	hz       horizon // the horizon markers on the nodes (marker.go)
 
 	classes    luascripts.Classes // what each script does (classify.go)
 	runner     *luascripts.Runner // clients' scripts, run here (evalmodel.go)

@@ -169,7 +169,11 @@ func TestAcquireEverySubset(t *testing.T) {
 						nodes[i].Stop()
 					}
 				}
+				before := b.Acquires()
 				res, err := b.Set(t.Context(), 0, key, []byte("mine"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: 10 * time.Second}})
+				if b.Acquires() != before+1 {
+					t.Fatalf("%v: the acquire did not run through StartSet, the loops' entry", st)
+				}
 				for i, s := range st {
 					if s == "paused" {
 						nodes[i].Cont()
