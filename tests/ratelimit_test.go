@@ -1,0 +1,255 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/ulule/limiter/v3"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
+
+	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/pgbridge"
+)
+
+// The rate limiters' workload, the same in every driver (tests/node/
+// ratelimit.js, tests/python/limits_rate.py): rlWorkers workers, each on
+// a connection of its own, make rlAttempts attempts each against a limit
+// of rlLimit in one window that the run never reaches the end of.
+const (
+	rlWorkers  = 8
+	rlAttempts = 4
+	rlLimit    = 10
+	rlWindow   = 2 * time.Minute
+)
+
+// rlResult is what one run of a rate limiter saw: how many attempts it
+// admitted and refused, the count the limiter reported for each admitted
+// attempt (sorted; empty where the library reports none), and the errors
+// attempts met.
+type rlResult struct {
+	Admitted int      `json:"admitted"`
+	Counts   []int64  `json:"counts"`
+	Refused  int      `json:"refused"`
+	Errors   []string `json:"errors"`
+}
+
+// rateLimiter runs the workload of one library against addr, its keys
+// named after key, and returns what it saw.
+type rateLimiter func(t *testing.T, addr, key string) rlResult
+
+// TestRateLimiters runs real rate-limiter libraries — rate-limiter-flexible
+// (RateLimiterRedis on ioredis and on node-redis), express-rate-limit with
+// rate-limit-redis, go-redis/redis_rate (GCRA), ulule/limiter's redis store
+// and Python limits' RedisStorage (moving and fixed window) — against a
+// redis-server (which proves the test) and lockproxy on every backend,
+// quorum also with one of its three nodes killed and with one paused: 8
+// workers against a limit of 10 must be admitted exactly 10 times, each
+// count handed out once, without an error (issue 39, the limiters that
+// admitted 15 to 20 or failed on quorum). GCRA admits by its own rule, a
+// burst and then one per emission interval: with a burst of 10 and an
+// interval of minutes it admits 10 in the run, and lockproxy must admit
+// exactly what a redis-server admits to the same workload.
+func TestRateLimiters(t *testing.T) {
+	t.Parallel()
+	ref := testsrv.StartRedis(t) // GCRA's reference
+	limiters := map[string]rateLimiter{
+		"rlf-ioredis":          nodeLimiter("rlf-ioredis"),
+		"rlf-node-redis":       nodeLimiter("rlf-node-redis"),
+		"express-rate-limit":   nodeLimiter("express"),
+		"limits-moving-window": pythonLimiter("moving-window"),
+		"limits-fixed-window":  pythonLimiter("fixed-window"),
+		"ulule-limiter":        ululeLimiter,
+		"redis_rate": func(t *testing.T, addr, key string) rlResult {
+			want := redisRateLimiter(t, ref.Addr, t.Name())
+			got := redisRateLimiter(t, addr, key)
+			if got.Admitted != want.Admitted || !slices.Equal(got.Counts, want.Counts) {
+				t.Errorf("redis_rate admitted %d %v, a redis-server %d %v", got.Admitted, got.Counts, want.Admitted, want.Counts)
+			}
+			return got
+		},
+	}
+	for name, start := range rateLimitTargets() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			addr := start(t)
+			for lib, run := range limiters {
+				t.Run(lib, func(t *testing.T) {
+					t.Parallel()
+					checkRateLimit(t, run(t, addr, "rl:"+lib))
+				})
+			}
+		})
+	}
+}
+
+// rateLimitTargets are the servers TestRateLimiters runs the limiters
+// against, each started by its function for the test given, which returns
+// its address.
+func rateLimitTargets() map[string]func(t *testing.T) string {
+	targets := map[string]func(t *testing.T) string{
+		"redis":     func(t *testing.T) string { return testsrv.StartRedis(t).Addr },
+		"lockproxy": func(t *testing.T) string { return testsrv.StartMemoryProxy(t) },
+		"quorum3": func(t *testing.T) string {
+			addr, _ := testsrv.StartQuorumProxy(t, 3)
+			return addr
+		},
+		"quorum3-killed": func(t *testing.T) string {
+			addr, nodes := testsrv.StartQuorumProxy(t, 3)
+			nodes[2].Kill()
+			return addr
+		},
+		"quorum3-paused": func(t *testing.T) string {
+			addr, nodes := testsrv.StartQuorumProxy(t, 3)
+			nodes[2].Stop()
+			t.Cleanup(nodes[2].Cont) // before the proxy and the nodes stop
+			return addr
+		},
+	}
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		targets["pg-"+strategy] = func(t *testing.T) string {
+			addr, _ := testsrv.StartPostgresProxy(t, strategy)
+			return addr
+		}
+	}
+	return targets
+}
+
+// checkRateLimit fails t unless r is what a limit of rlLimit gives the
+// workload: exactly rlLimit admitted, the rest refused, no error, and the
+// counts reported (where the library reports them) 1 to rlLimit, each once.
+func checkRateLimit(t *testing.T, r rlResult) {
+	t.Helper()
+	t.Logf("admitted %d, refused %d, counts %v", r.Admitted, r.Refused, r.Counts)
+	if len(r.Errors) > 0 {
+		t.Errorf("%d attempts failed: %q", len(r.Errors), r.Errors)
+	}
+	if r.Admitted != rlLimit || r.Admitted+r.Refused+len(r.Errors) != rlWorkers*rlAttempts {
+		t.Errorf("admitted %d and refused %d of %d attempts, want %d admitted", r.Admitted, r.Refused, rlWorkers*rlAttempts, rlLimit)
+	}
+	if len(r.Counts) == 0 {
+		return
+	}
+	want := make([]int64, rlLimit)
+	for i := range want {
+		want[i] = int64(i + 1)
+	}
+	if !slices.Equal(r.Counts, want) {
+		t.Errorf("counts handed out %v, want each of 1..%d once", r.Counts, rlLimit)
+	}
+}
+
+// nodeLimiter runs tests/node/ratelimit.js with limiter (its names).
+func nodeLimiter(limiter string) rateLimiter {
+	return func(t *testing.T, addr, key string) rlResult {
+		node := testsrv.Need(t, "node")
+		needNodeModules(t)
+		return rlDriver(t, exec.CommandContext(t.Context(), node, "node/ratelimit.js", addr, limiter, key))
+	}
+}
+
+// pythonLimiter runs tests/python/limits_rate.py with strategy on
+// Debian's python3 with python3-limits.
+func pythonLimiter(strategy string) rateLimiter {
+	return func(t *testing.T, addr, key string) rlResult {
+		py := testsrv.Need(t, "/usr/bin/python3")
+		if err := exec.Command(py, "-c", "import redis, limits").Run(); err != nil {
+			testsrv.Need(t, "python3-limits and python3-redis (apt-get install them)")
+		}
+		return rlDriver(t, exec.CommandContext(t.Context(), py, "python/limits_rate.py", addr, strategy, key))
+	}
+}
+
+// rlDriver runs a driver program and decodes the result it prints.
+func rlDriver(t *testing.T, cmd *exec.Cmd) rlResult {
+	t.Helper()
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("%v: %v\n%s%s", cmd.Args, err, out, stderr)
+	}
+	var r rlResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v printed %q: %v", cmd.Args, out, err)
+	}
+	return r
+}
+
+// rlRun runs the workload in process: each of rlWorkers workers gets a
+// go-redis client of its own and makes rlAttempts attempts by attempt,
+// which answers whether it was admitted and the count the library
+// reported.
+func rlRun(t *testing.T, addr string, newAttempt func(c *redis.Client) func() (bool, int64, error)) rlResult {
+	t.Helper()
+	var mu sync.Mutex
+	var r rlResult
+	var wg sync.WaitGroup
+	for range rlWorkers {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { c.Close() })
+		attempt := newAttempt(c)
+		wg.Go(func() {
+			for range rlAttempts {
+				ok, n, err := attempt()
+				mu.Lock()
+				switch {
+				case err != nil:
+					r.Errors = append(r.Errors, err.Error())
+				case ok:
+					r.Admitted++
+					r.Counts = append(r.Counts, n)
+				default:
+					r.Refused++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(r.Counts)
+	return r
+}
+
+// ululeLimiter runs ulule/limiter v3 with its redis store (a store per
+// worker, as each process of a service has): its count is the limit less
+// what remains.
+func ululeLimiter(t *testing.T, addr, key string) rlResult {
+	rate := limiter.Rate{Period: rlWindow, Limit: rlLimit}
+	return rlRun(t, addr, func(c *redis.Client) func() (bool, int64, error) {
+		store, err := ulredis.NewStoreWithOptions(c, limiter.StoreOptions{Prefix: "ulule"})
+		if err != nil {
+			return func() (bool, int64, error) { return false, 0, fmt.Errorf("store: %w", err) }
+		}
+		l := limiter.New(store, rate)
+		return func() (bool, int64, error) {
+			lc, err := l.Get(t.Context(), key)
+			return err == nil && !lc.Reached, lc.Limit - lc.Remaining, err
+		}
+	})
+}
+
+// redisRateLimiter runs go-redis/redis_rate v10 (GCRA, reading TIME in its
+// script) with a burst of rlLimit and one admission per six minutes after
+// it; its count is the burst less what remains.
+func redisRateLimiter(t *testing.T, addr, key string) rlResult {
+	limit := redis_rate.Limit{Rate: rlLimit, Burst: rlLimit, Period: time.Hour}
+	return rlRun(t, addr, func(c *redis.Client) func() (bool, int64, error) {
+		l := redis_rate.NewLimiter(c)
+		return func() (bool, int64, error) {
+			res, err := l.Allow(t.Context(), key, limit)
+			if err != nil {
+				return false, 0, err
+			}
+			return res.Allowed > 0, int64(rlLimit - res.Remaining), nil
+		}
+	})
+}
