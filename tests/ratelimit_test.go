@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,10 +41,6 @@ type rlResult struct {
 	Errors   []string `json:"errors"`
 }
 
-// rateLimiter runs the workload of one library against addr, its keys
-// named after key, and returns what it saw.
-type rateLimiter func(t *testing.T, addr, key string) rlResult
-
 // TestRateLimiters runs real rate-limiter libraries — rate-limiter-flexible
 // (RateLimiterRedis on ioredis and on node-redis), express-rate-limit with
 // rate-limit-redis, go-redis/redis_rate (GCRA), ulule/limiter's redis store
@@ -59,32 +56,37 @@ type rateLimiter func(t *testing.T, addr, key string) rlResult
 func TestRateLimiters(t *testing.T) {
 	t.Parallel()
 	ref := testsrv.StartRedis(t) // GCRA's reference
-	limiters := map[string]rateLimiter{
-		"rlf-ioredis":          nodeLimiter("rlf-ioredis"),
-		"rlf-node-redis":       nodeLimiter("rlf-node-redis"),
-		"express-rate-limit":   nodeLimiter("express"),
-		"limits-moving-window": pythonLimiter("moving-window"),
-		"limits-fixed-window":  pythonLimiter("fixed-window"),
-		"ulule-limiter":        ululeLimiter,
-		"redis_rate": func(t *testing.T, addr, key string) rlResult {
-			want := redisRateLimiter(t, ref.Addr, t.Name())
-			got := redisRateLimiter(t, addr, key)
-			if got.Admitted != want.Admitted || !slices.Equal(got.Counts, want.Counts) {
-				t.Errorf("redis_rate admitted %d %v, a redis-server %d %v", got.Admitted, got.Counts, want.Admitted, want.Counts)
-			}
-			return got
-		},
-	}
 	for name, start := range rateLimitTargets() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			addr := start(t)
-			for lib, run := range limiters {
-				t.Run(lib, func(t *testing.T) {
-					t.Parallel()
-					checkRateLimit(t, run(t, addr, "rl:"+lib))
+			// One process runs the node limiters, one the Python ones
+			// (their start is most of their time), each at once.
+			t.Run("node", func(t *testing.T) {
+				t.Parallel()
+				rlDriver(t, "node/ratelimit.js", addr, map[string]string{
+					"rlf-ioredis": "rlf-ioredis", "rlf-node-redis": "rlf-node-redis", "express-rate-limit": "express",
 				})
-			}
+			})
+			t.Run("python-limits", func(t *testing.T) {
+				t.Parallel()
+				rlDriver(t, "python/limits_rate.py", addr, map[string]string{
+					"moving-window": "moving-window", "fixed-window": "fixed-window",
+				})
+			})
+			t.Run("ulule-limiter", func(t *testing.T) {
+				t.Parallel()
+				checkRateLimit(t, ululeLimiter(t, addr, "rl:ulule"))
+			})
+			t.Run("redis_rate", func(t *testing.T) {
+				t.Parallel()
+				want := redisRateLimiter(t, ref.Addr, t.Name())
+				got := redisRateLimiter(t, addr, "rl:redis_rate")
+				if got.Admitted != want.Admitted || !slices.Equal(got.Counts, want.Counts) {
+					t.Errorf("redis_rate admitted %d %v, a redis-server %d %v", got.Admitted, got.Counts, want.Admitted, want.Counts)
+				}
+				checkRateLimit(t, got)
+			})
 		})
 	}
 }
@@ -145,30 +147,26 @@ func checkRateLimit(t *testing.T, r rlResult) {
 	}
 }
 
-// nodeLimiter runs tests/node/ratelimit.js with limiter (its names).
-func nodeLimiter(limiter string) rateLimiter {
-	return func(t *testing.T, addr, key string) rlResult {
-		node := testsrv.Need(t, "node")
-		needNodeModules(t)
-		return rlDriver(t, exec.CommandContext(t.Context(), node, "node/ratelimit.js", addr, limiter, key))
-	}
-}
-
-// pythonLimiter runs tests/python/limits_rate.py with strategy on
-// Debian's python3 with python3-limits.
-func pythonLimiter(strategy string) rateLimiter {
-	return func(t *testing.T, addr, key string) rlResult {
-		py := testsrv.Need(t, "/usr/bin/python3")
-		if err := exec.Command(py, "-c", "import redis, limits").Run(); err != nil {
+// rlDriver runs a driver program (tests/node/ratelimit.js with node,
+// tests/python/limits_rate.py with Debian's python3) against addr for the
+// limiters named (each subtest's name to the driver's), and checks each
+// limiter's result in its subtest.
+func rlDriver(t *testing.T, prog, addr string, limiters map[string]string) {
+	var bin string
+	if strings.HasSuffix(prog, ".py") {
+		bin = testsrv.Need(t, "/usr/bin/python3")
+		if exec.Command(bin, "-c", "import redis, limits").Run() != nil {
 			testsrv.Need(t, "python3-limits and python3-redis (apt-get install them)")
 		}
-		return rlDriver(t, exec.CommandContext(t.Context(), py, "python/limits_rate.py", addr, strategy, key))
+	} else {
+		bin = testsrv.Need(t, "node")
+		needNodeModules(t)
 	}
-}
-
-// rlDriver runs a driver program and decodes the result it prints.
-func rlDriver(t *testing.T, cmd *exec.Cmd) rlResult {
-	t.Helper()
+	args := []string{prog, addr, "rl:"}
+	for _, name := range limiters {
+		args = append(args, name)
+	}
+	cmd := exec.CommandContext(t.Context(), bin, args...)
 	out, err := cmd.Output()
 	if err != nil {
 		stderr := ""
@@ -177,11 +175,19 @@ func rlDriver(t *testing.T, cmd *exec.Cmd) rlResult {
 		}
 		t.Fatalf("%v: %v\n%s%s", cmd.Args, err, out, stderr)
 	}
-	var r rlResult
-	if err := json.Unmarshal(out, &r); err != nil {
+	var results map[string]rlResult
+	if err := json.Unmarshal(out, &results); err != nil {
 		t.Fatalf("%v printed %q: %v", cmd.Args, out, err)
 	}
-	return r
+	for sub, name := range limiters {
+		t.Run(sub, func(t *testing.T) {
+			r, ok := results[name]
+			if !ok {
+				t.Fatalf("%s printed no result for %s: %s", prog, name, out)
+			}
+			checkRateLimit(t, r)
+		})
+	}
 }
 
 // rlRun runs the workload in process: each of rlWorkers workers gets a

@@ -1,19 +1,20 @@
 'use strict';
-// Drives one real rate limiter against the Redis-speaking address in
-// argv[2]: node ratelimit.js HOST:PORT LIMITER KEY, where LIMITER is
+// Drives real rate limiters against the Redis-speaking address in argv[2]:
+// node ratelimit.js HOST:PORT PREFIX LIMITER..., where each LIMITER is
 // rlf-ioredis or rlf-node-redis (rate-limiter-flexible's RateLimiterRedis
 // on ioredis 5 or node-redis 5) or express (express-rate-limit with
 // rate-limit-redis's store, driven through an express app served on a
-// loopback port). WORKERS workers, each on a connection of its own, make
-// ATTEMPTS attempts each against a limit of LIMIT in one window of WINDOW_S
-// seconds (long enough that the run never reaches its end). Prints one
-// JSON line: {"admitted": n, "counts": [the count the limiter reported for
+// loopback port). The limiters run at once, each on its key PREFIX+LIMITER:
+// WORKERS workers, each on a connection of its own, make ATTEMPTS attempts
+// each against a limit of LIMIT in one window of WINDOW_S seconds (long
+// enough that the run never reaches its end). Prints one JSON object, per
+// limiter {"admitted": n, "counts": [the count the limiter reported for
 // each admitted attempt], "refused": n, "errors": [messages]}; the go test
 // (tests/ratelimit_test.go) judges it. Exits non-zero only when the driver
 // itself breaks.
 const http = require('node:http');
 
-const [, , addr, limiter, key] = process.argv;
+const [, , addr, prefix, ...limiters] = process.argv;
 const WORKERS = 8;
 const ATTEMPTS = 4;
 const LIMIT = 10;
@@ -43,7 +44,7 @@ async function run(attempts) {
 
 // rlf drives rate-limiter-flexible: each worker has its own client and
 // RateLimiterRedis, as processes of one service would.
-async function rlf(useNodeRedis) {
+async function rlf(key, useNodeRedis) {
   const { RateLimiterRedis, RateLimiterRes } = require('rate-limiter-flexible');
   const clients = [];
   const attempts = [];
@@ -85,7 +86,7 @@ async function rlf(useNodeRedis) {
 // express serves an app limited by express-rate-limit with a
 // rate-limit-redis store (one ioredis client per app, as a service has),
 // and the workers request it over HTTP, each on a connection of its own.
-async function express() {
+async function express(key) {
   const app = require('express')();
   const { rateLimit } = require('express-rate-limit');
   const { RedisStore } = require('rate-limit-redis');
@@ -132,12 +133,22 @@ async function express() {
   }
 }
 
-const drivers = { 'rlf-ioredis': () => rlf(false), 'rlf-node-redis': () => rlf(true), express };
-if (!drivers[limiter]) {
-  console.error(`unknown limiter ${limiter}`);
-  process.exit(2);
+const drivers = {
+  'rlf-ioredis': (key) => rlf(key, false),
+  'rlf-node-redis': (key) => rlf(key, true),
+  express,
+};
+async function main() {
+  const out = {};
+  await Promise.all(
+    limiters.map(async (l) => {
+      if (!drivers[l]) throw new Error(`unknown limiter ${l}`);
+      out[l] = await drivers[l](prefix + l);
+    }),
+  );
+  return out;
 }
-drivers[limiter]().then(
+main().then(
   (r) => {
     console.log(JSON.stringify(r));
     process.exit(0);

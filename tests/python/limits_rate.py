@@ -1,16 +1,18 @@
 """Drives Python `limits` (Debian's python3-limits) against a Redis-speaking
-address: python3 limits_rate.py HOST:PORT STRATEGY KEY, STRATEGY being
-moving-window or fixed-window, each on limits' RedisStorage.
+address: python3 limits_rate.py HOST:PORT PREFIX STRATEGY..., each STRATEGY
+moving-window or fixed-window on limits' RedisStorage, all at once, each on
+its key PREFIX+STRATEGY.
 
-WORKERS threads, each with a RedisStorage of its own (as processes of one
-service would have), make ATTEMPTS hits each against a limit of LIMIT per
-WINDOW_S seconds (a window the run never reaches the end of). Prints one JSON
-line for tests/ratelimit_test.go: {"admitted", "counts", "refused",
-"errors"}. counts are, for the fixed window, the counter values the storage's
-increment answered to the admitted hits; the moving window's script answers
-only yes or no, so there the list the window keeps is read after the run and
-every entry must be the timestamp of an admitted hit (an entry of a refused
-hit, or one missing, is reported in errors) and counts stays empty.
+For each strategy WORKERS threads, each with a RedisStorage of its own (as
+processes of one service would have), make ATTEMPTS hits each against a limit
+of LIMIT per WINDOW_S seconds (a window the run never reaches the end of).
+Prints one JSON object for tests/ratelimit_test.go, per strategy
+{"admitted", "counts", "refused", "errors"}. counts are, for the fixed
+window, the counter values the storage's increment answered to the admitted
+hits; the moving window's script answers only yes or no, so there the list
+the window keeps is read after the run and every entry must be the timestamp
+of an admitted hit (an entry of a refused hit, or one missing, is reported in
+errors) and counts stays empty.
 """
 
 import json
@@ -27,15 +29,46 @@ WINDOW_S = 120  # RateLimitItemPerMinute(LIMIT, 2)
 
 
 def main():
-    addr, strategy, key = sys.argv[1], sys.argv[2], sys.argv[3]
-    item = RateLimitItemPerMinute(LIMIT, WINDOW_S // 60)
-    lock = threading.Lock()
-    result = {"admitted": 0, "counts": [], "refused": 0, "errors": []}
-    stamps = []  # the moving window's timestamps of admitted hits
+    addr, prefix, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+    runs = {name: Run(addr, name, prefix + name) for name in names}
+    for r in runs.values():
+        r.start()
+    print(json.dumps({name: r.finish() for name, r in runs.items()}))
 
-    def worker(storage):
-        counts = []
-        if strategy == "fixed-window":
+
+class Run:
+    """Run is one strategy's workload: WORKERS threads hitting its key."""
+
+    def __init__(self, addr, strategy, key):
+        if strategy not in ("moving-window", "fixed-window"):
+            raise SystemExit(f"unknown strategy {strategy}")
+        self.addr, self.strategy, self.key = addr, strategy, key
+        self.item = RateLimitItemPerMinute(LIMIT, WINDOW_S // 60)
+        self.lock = threading.Lock()
+        self.result = {"admitted": 0, "counts": [], "refused": 0, "errors": []}
+        self.stamps = []  # the moving window's timestamps of admitted hits
+        # The storages are made here, one after another: limits loads its
+        # dependency (redis) lazily, and threads doing it at once see it
+        # missing.
+        storages = [RedisStorage(f"redis://{addr}/0", socket_timeout=30) for _ in range(WORKERS)]
+        self.threads = [threading.Thread(target=self.worker, args=(s,)) for s in storages]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def finish(self):
+        """finish waits for the workers and returns the result."""
+        for t in self.threads:
+            t.join()
+        if self.strategy == "moving-window":
+            check_window(self.addr, self.item.key_for(self.key), self.stamps, self.result)
+        self.result["counts"].sort()
+        return self.result
+
+    def worker(self, storage):
+        counts = []  # what the storage answered to this worker's last hit
+        if self.strategy == "fixed-window":
             limiter = strategies.FixedWindowRateLimiter(storage)
             incr = storage.incr
 
@@ -58,34 +91,21 @@ def main():
         for _ in range(ATTEMPTS):
             del counts[:]
             try:
-                ok = limiter.hit(item, key)
+                ok = limiter.hit(self.item, self.key)
             except Exception as e:  # noqa: BLE001 - reported, judged by the go test
-                with lock:
-                    result["errors"].append(f"{type(e).__name__}: {e}")
+                with self.lock:
+                    self.result["errors"].append(f"{type(e).__name__}: {e}")
                 continue
-            with lock:
+            with self.lock:
                 if not ok:
-                    result["refused"] += 1
-                    continue
-                result["admitted"] += 1
-                if strategy == "fixed-window":
-                    result["counts"].append(counts[-1])
+                    self.result["refused"] += 1
+                elif self.strategy == "fixed-window":
+                    self.result["admitted"] += 1
+                    self.result["counts"].append(counts[-1])
                 else:
-                    stamps.append(counts[-1])
+                    self.result["admitted"] += 1
+                    self.stamps.append(counts[-1])
         storage.storage.close()
-
-    # The storages are made here, one after another: limits loads its
-    # dependency (redis) lazily, and threads doing it at once see it missing.
-    storages = [RedisStorage(f"redis://{addr}/0", socket_timeout=30) for _ in range(WORKERS)]
-    threads = [threading.Thread(target=worker, args=(s,)) for s in storages]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if strategy == "moving-window":
-        check_window(addr, item.key_for(key), stamps, result)
-    result["counts"].sort()
-    print(json.dumps(result))
 
 
 def check_window(addr, rkey, stamps, result):
