@@ -3,6 +3,8 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os/exec"
 	"slices"
 	"strings"
@@ -52,7 +54,9 @@ type rlResult struct {
 // admitted 15 to 20 or failed on quorum). GCRA admits by its own rule, a
 // burst and then one per emission interval: with a burst of 10 and an
 // interval of minutes it admits 10 in the run, and lockproxy must admit
-// exactly what a redis-server admits to the same workload.
+// exactly what a redis-server admits to the same workload. MONITOR on
+// quorum's nodes must never show a limiter's script text (it runs in
+// lockproxy), and on the redis-server must show each (monitorScripts).
 func TestRateLimiters(t *testing.T) {
 	t.Parallel()
 	ref := testsrv.StartRedis(t) // GCRA's reference
@@ -96,21 +100,28 @@ func TestRateLimiters(t *testing.T) {
 // its address.
 func rateLimitTargets() map[string]func(t *testing.T) string {
 	targets := map[string]func(t *testing.T) string{
-		"redis":     func(t *testing.T) string { return testsrv.StartRedis(t).Addr },
+		"redis": func(t *testing.T) string {
+			r := testsrv.StartRedis(t)
+			monitorScripts(t, true, r)
+			return r.Addr
+		},
 		"lockproxy": func(t *testing.T) string { return testsrv.StartMemoryProxy(t) },
 		"quorum3": func(t *testing.T) string {
-			addr, _ := testsrv.StartQuorumProxy(t, 3)
+			addr, nodes := testsrv.StartQuorumProxy(t, 3)
+			monitorScripts(t, false, nodes...)
 			return addr
 		},
 		"quorum3-killed": func(t *testing.T) string {
 			addr, nodes := testsrv.StartQuorumProxy(t, 3)
 			nodes[2].Kill()
+			monitorScripts(t, false, nodes[:2]...)
 			return addr
 		},
 		"quorum3-paused": func(t *testing.T) string {
 			addr, nodes := testsrv.StartQuorumProxy(t, 3)
 			nodes[2].Stop()
 			t.Cleanup(nodes[2].Cont) // before the proxy and the nodes stop
+			monitorScripts(t, false, nodes[:2]...)
 			return addr
 		},
 	}
@@ -121,6 +132,55 @@ func rateLimitTargets() map[string]func(t *testing.T) string {
 		}
 	}
 	return targets
+}
+
+// rlScriptTexts are words of each limiter's script, as MONITOR shows them
+// when the script's text reaches a server (EVAL, SCRIPT LOAD).
+var rlScriptTexts = map[string]string{
+	"rate-limiter-flexible": "local consumed",
+	"rate-limit-redis":      "local windowMs",
+	"redis_rate":            "local rate_limit_key",
+	"ulule/limiter":         "local ret = redis.call(",
+	"limits moving window":  "local entry = redis.call(",
+	"limits fixed window":   "current = redis.call(",
+}
+
+// monitorScripts watches servers with MONITOR until t's end and then fails
+// t unless commands on the limiters' keys reached them and each limiter's
+// script text did too (want, on a redis-server: which proves the words) or
+// none did (on quorum's nodes: a client's script runs in lockproxy, issue
+// 39). A server that dies or pauses just stops the watch.
+func monitorScripts(t *testing.T, want bool, servers ...*testsrv.Redis) {
+	t.Helper()
+	var seen testsrv.SyncBuffer
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	for _, r := range servers {
+		c, err := net.Dial("tcp", r.Addr)
+		if err != nil {
+			t.Fatalf("monitor %s: %v", r.Addr, err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Write([]byte("MONITOR\r\n")); err != nil {
+			t.Fatalf("monitor %s: %v", r.Addr, err)
+		}
+		wg.Go(func() { io.Copy(&seen, c) }) // until the connection closes
+	}
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+		wg.Wait()
+		out := seen.String()
+		if !strings.Contains(out, "rl:") {
+			t.Errorf("MONITOR saw no command on the limiters' keys: %.300q", out)
+		}
+		for lib, text := range rlScriptTexts {
+			if got := strings.Contains(out, text); got != want {
+				t.Errorf("%s's script text (%q) reached a server: %v, want %v", lib, text, got, want)
+			}
+		}
+	})
 }
 
 // checkRateLimit fails t unless r is what a limit of rlLimit gives the
