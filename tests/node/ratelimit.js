@@ -13,12 +13,25 @@
 // (tests/ratelimit_test.go) judges it. Exits non-zero only when the driver
 // itself breaks.
 const http = require('node:http');
+// Every module is loaded before the first connection is made: a require
+// runs synchronously, and on a loaded machine loading express while
+// node-redis connects kept its socket's 'connect' from being handled
+// within node-redis's 5 s connect timeout.
+const { RateLimiterRedis, RateLimiterRes } = require('rate-limiter-flexible');
+const { createClient } = require('redis');
+const IORedis = require('ioredis5');
+const express = require('express');
+const { rateLimit } = require('express-rate-limit');
+const { RedisStore } = require('rate-limit-redis');
 
 const [, , addr, prefix, ...limiters] = process.argv;
 const WORKERS = 8;
 const ATTEMPTS = 4;
 const LIMIT = 10;
 const WINDOW_S = 120;
+// The clients' connect timeout: generous, for a machine whose two cores
+// the whole suite shares (node-redis's default of 5 s once ran out there).
+const CONNECT_MS = 30000;
 const i = addr.lastIndexOf(':');
 const [host, port] = [addr.slice(0, i), Number(addr.slice(i + 1))];
 
@@ -45,18 +58,16 @@ async function run(attempts) {
 // rlf drives rate-limiter-flexible: each worker has its own client and
 // RateLimiterRedis, as processes of one service would.
 async function rlf(key, useNodeRedis) {
-  const { RateLimiterRedis, RateLimiterRes } = require('rate-limiter-flexible');
   const clients = [];
   const attempts = [];
   for (let w = 0; w < WORKERS; w++) {
     let client;
     if (useNodeRedis) {
-      client = require('redis').createClient({ socket: { host, port, reconnectStrategy: false } });
+      client = createClient({ socket: { host, port, reconnectStrategy: false, connectTimeout: CONNECT_MS } });
       client.on('error', () => {}); // each failed command rejects on its own
       await client.connect();
     } else {
-      const IORedis = require('ioredis5');
-      client = new IORedis(port, host, { maxRetriesPerRequest: 1 });
+      client = new IORedis(port, host, { maxRetriesPerRequest: 1, connectTimeout: CONNECT_MS });
     }
     clients.push(client);
     const rl = new RateLimiterRedis({
@@ -83,15 +94,12 @@ async function rlf(key, useNodeRedis) {
   }
 }
 
-// express serves an app limited by express-rate-limit with a
+// expressApp serves an app limited by express-rate-limit with a
 // rate-limit-redis store (one ioredis client per app, as a service has),
 // and the workers request it over HTTP, each on a connection of its own.
-async function express(key) {
-  const app = require('express')();
-  const { rateLimit } = require('express-rate-limit');
-  const { RedisStore } = require('rate-limit-redis');
-  const IORedis = require('ioredis5');
-  const client = new IORedis(port, host, { maxRetriesPerRequest: 1 });
+async function expressApp(key) {
+  const app = express();
+  const client = new IORedis(port, host, { maxRetriesPerRequest: 1, connectTimeout: CONNECT_MS });
   app.use(
     rateLimit({
       windowMs: WINDOW_S * 1000,
@@ -136,7 +144,7 @@ async function express(key) {
 const drivers = {
   'rlf-ioredis': (key) => rlf(key, false),
   'rlf-node-redis': (key) => rlf(key, true),
-  express,
+  express: expressApp,
 };
 async function main() {
   const out = {};
