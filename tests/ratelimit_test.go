@@ -121,6 +121,10 @@ func rateLimitTargets() map[string]func(t *testing.T) string {
 			addr, nodes := testsrv.StartQuorumProxy(t, 3)
 			nodes[2].Stop()
 			t.Cleanup(nodes[2].Cont) // before the proxy and the nodes stop
+			// The node drivers take some 17 s here: ioredis sends INFO
+			// before its first command, and INFO's Keyspace section asks
+			// DBSIZE of the 16 databases in turn, each waiting a node
+			// timeout (1 s) for the paused node (proxy/cmd_info.go).
 			monitorScripts(t, false, nodes[:2]...)
 			return addr
 		},
