@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test.sh runs lockproxy's whole test suite on a Debian machine with Go.
 # It installs what the tests need when it is missing (redis-server,
-# redis-cli/redis-benchmark, python3-redis, node and the node client
-# libraries from tests/node/package-lock.json, PHP with phpredis, predis
+# redis-cli/redis-benchmark, python3-redis and python3-limits, node and the
+# node client libraries from tests/node/package-lock.json, PHP with phpredis, predis
 # and Symfony Lock, PostgreSQL's server binaries, chromium), then vets and runs
 # every test with the race detector. The tests start their own servers on free
 # loopback ports; a Redis or PostgreSQL already running is left alone.
@@ -13,6 +13,8 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null || missing+=(redis-tools)
 /usr/bin/python3 -c 'import redis' 2>/dev/null || missing+=(python3-redis)
+# Python limits' RedisStorage (tests/python/limits_rate.py: TestRateLimiters).
+/usr/bin/python3 -c 'import limits' 2>/dev/null || missing+=(python3-limits)
 { command -v node && command -v npm; } >/dev/null || missing+=(nodejs npm)
 # Symfony Lock's RedisStore on phpredis and predis (tests/php/run.php).
 command -v php >/dev/null || missing+=(php-cli)
