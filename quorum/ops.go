@@ -184,6 +184,10 @@ func (b *Backend) setOnce(ctx context.Context, db int, key string, token []byte,
 			})
 		}
 		if hold != nil {
+			// Their connections are told the calls are overdue, as at a
+			// deadline (a ctx that ended first did not): a reply that never
+			// comes breaks its connection after the grace, which ends the hold.
+			lo.ql.exec(lo.overdueLate)
 			hold.release() // the decision's own pin: its undos are done
 			return res, err, undo
 		}
