@@ -25,7 +25,10 @@
 //     agreed); a reply that comes later is judged against what the client
 //     was told (op.onLate): a write or a created key it was not told of is
 //     repaired there (below), never deleted blind — other nodes may have run
-//     it late too, and a read may have seen it. Undos before the answer are
+//     it late too, and a read may have seen it. After a failed vote with Q
+//     or more nodes still to answer, the operation keeps its keys until they
+//     have, and undoes what they wrote before anything else of this proxy
+//     sees it (latehold.go). Undos before the answer are
 //     owner-checked deletes and go only to nodes that said they wrote, never
 //     to one that refused: values are not always unique. A write of a
 //     hash, a sorted set, a set or a list sent as a command is watched by

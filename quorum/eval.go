@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -102,11 +101,12 @@ func (b *Backend) evalCertain(replies []nodeReply, at int) bool {
 }
 
 // lateCreated returns the keys a script created on a node whose reply came
-// after the vote ended and whose client was not told of it: every key it
-// created there, unless its reply is the one the client was told (told,
-// and the vote did not fail). They are repaired, not undone, for the
-// reason lateWrote gives.
-func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value, failed bool, vals []backend.Value, err error) []string {
+// after the vote ended and whose client was not told of it, with the
+// token each holds there: every key it created there, unless its reply is
+// the one the client was told (told, and the vote did not fail). They are
+// repaired, not undone, for the reason lateWrote gives — unless the
+// operation holds its keys for its late replies (latehold.go).
+func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value, failed bool, vals []backend.Value, err error) map[string]string {
 	if w != watchKeys || err != nil || len(vals) != 3+len(keys) {
 		return nil
 	}
@@ -114,7 +114,7 @@ func lateCreated(keys []string, args [][]byte, w scriptWatch, told backend.Value
 	if len(c) == 0 || (!failed && sameValue(vals[1], told)) {
 		return nil
 	}
-	return slices.Collect(maps.Keys(c))
+	return c
 }
 
 // scriptRequest is a script call's request to each node under w: the

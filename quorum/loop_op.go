@@ -1,6 +1,8 @@
 package quorum
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/lockproxy/lockproxy/backend"
@@ -29,6 +31,7 @@ type lop struct {
 	granted   bool
 	told      backend.Value
 	failed    bool
+	hold      *lateHold                                        // its stripes kept until Q or more late replies are judged (latehold.go)
 	req       *req                                             // what it sends each node (begin)
 	deadline  time.Time                                        // its command's deadline (begin)
 	decide    func(replies []nodeReply, elapsed time.Duration) // unless kind says otherwise
@@ -288,6 +291,9 @@ func (lo *lop) end() {
 		ql := lo.ql
 		res, err, undo := ql.b.setOutcome(lo.setOpt, true, lo.mode, lo.ttl, lo.replies, elapsed)
 		again := splitVote(res, err, undo) && lo.splits < maxSplits && !deadlineNear(lo.deadline)
+		if err != nil {
+			lo.hold = lo.holdLate(ql.b.q, func() { lo.releaseStripes() })
+		}
 		if undo != nil {
 			ur, uagain := undoRequest(lo.key, lo.token)
 			ql.run(lo.db, func(i int) *req {
@@ -296,13 +302,13 @@ func (lo *lop) end() {
 				}
 				return nil
 			}, uagain, time.Time{}, func([]nodeReply, time.Duration) {
-				lo.releaseStripes()
+				lo.unpin()
 				if again {
 					lo.splitOrHeld(res)
 				}
 			})
 		} else {
-			lo.releaseStripes()
+			lo.unpin()
 		}
 		if lo.awaitsLate() {
 			lo.granted = err == nil && res.Written
@@ -352,9 +358,12 @@ func (lo *lop) end() {
 func (lo *lop) finishEval(v backend.Value, err error, u evalUndo) {
 	ql := lo.ql
 	again := lo.splitScript(err, u)
+	if lo.watch == watchKeys && (err != nil || u.all) {
+		lo.hold = lo.holdLate(ql.b.q, func() { lo.releaseStripes() })
+	}
 	if undos := u.requests(ql.b.q); undos != nil {
 		ql.run(lo.db, func(i int) *req { return undos[i] }, nil, time.Time{}, func(replies []nodeReply, _ time.Duration) {
-			lo.releaseStripes()
+			lo.unpin()
 			if !again {
 				return
 			}
@@ -365,7 +374,7 @@ func (lo *lop) finishEval(v backend.Value, err error, u evalUndo) {
 			lo.evalDone(v, err)
 		})
 	} else {
-		lo.releaseStripes()
+		lo.unpin()
 		again = false
 	}
 	// awaitsLate, not lateWait alone: while the reply waited for the
@@ -453,11 +462,16 @@ func (lo *lop) lateFromNowOn() {
 
 // lateReply judges node i's reply that came after the operation ended
 // against what the client was told, on the loop: a write or a created key
-// the client was not told of is repaired there (lateWrote); a script the
+// the client was not told of is repaired there (lateWrote), or undone
+// when the operation holds its keys for its late replies (lateUndo); a script the
 // node did not know is run there now, as it would have been before the
 // vote ended, and judged the same way.
 func (lo *lop) lateReply(i int, vals []backend.Value, err error) {
 	ql := lo.ql
+	if lo.hold != nil {
+		lo.lateUndo(i, vals, err)
+		return
+	}
 	switch lo.kind {
 	case kindSet:
 		if lateWrote(lo.granted, vals, err, true) {
@@ -480,7 +494,7 @@ func (lo *lop) lateReply(i int, vals []backend.Value, err error) {
 			}
 			return
 		}
-		ql.b.repairs.add(i, lo.db, lateCreated(lo.keys, lo.args, lo.watch, lo.told, lo.failed, vals, err))
+		ql.b.repairs.add(i, lo.db, slices.Collect(maps.Keys(lateCreated(lo.keys, lo.args, lo.watch, lo.told, lo.failed, vals, err))))
 	}
 }
 

@@ -198,7 +198,7 @@ func (b *Backend) setOnce(ctx context.Context, db int, key string, token []byte,
 	if err := b.coverTTL(ctx, ttl); err != nil { // the horizon marker first (marker.go)
 		return backend.SetResult{}, err, nil
 	}
-	defer b.lockKeys(key)()
+	unlock := b.lockKeys(key)
 	start := time.Now()
 	var certain func([]nodeReply) bool
 	if o.Cond == backend.IfAbsent {
@@ -211,16 +211,36 @@ func (b *Backend) setOnce(ctx context.Context, db int, key string, token []byte,
 	op, replies := b.fanoutOp(ctx, key, lo, same(r))
 	res, err, undo := b.setOutcome(o, plain, mode, ttl, replies, time.Since(start))
 	if o.Cond == backend.IfAbsent {
+		var hold *lateHold
+		if err != nil { // its stripe kept for Q late replies or more (latehold.go)
+			hold = op.holdLate(b.q, unlock)
+		}
 		b.undoWrites(ctx, db, key, token, undo)
 		granted := err == nil && res.Written
 		if op.awaitsLate() {
 			op.onLate(func(i int, vals []backend.Value, err error) {
-				if lateWrote(granted, vals, err, plain) {
+				wrote := lateWrote(granted, vals, err, plain)
+				switch {
+				case hold != nil && wrote:
+					ur, uagain := undoRequest(key, token)
+					hold.undo(lo.ql, db, i, ur, uagain)
+				case hold != nil:
+					hold.release()
+				case wrote:
 					b.repairs.add(i, db, []string{key})
 				}
 			})
 		}
+		if hold != nil {
+			// Their connections are told the calls are overdue, as at a
+			// deadline (a ctx that ended first did not): a reply that never
+			// comes breaks its connection after the grace, which ends the hold.
+			lo.ql.exec(lo.overdueLate)
+			hold.release() // the decision's own pin: its undos are done
+			return res, err, undo
+		}
 	}
+	unlock()
 	return res, err, undo
 }
 
