@@ -33,6 +33,10 @@ import (
 // Redis's texts. Errors name the function and user_function, as Redis's
 // do ("… script: <function>, on @user_function:<line>.").
 //
+// A function is refused, before it runs, for a command lockproxy does not
+// serve that its library's text can send (refuse.go), whichever function
+// of the library sends it.
+//
 // Unlike Redis, which runs a library's code once at FUNCTION LOAD, each
 // FCALL starts from a fresh run of it: a library's local variables start
 // over on every call instead of lasting until the library is replaced.

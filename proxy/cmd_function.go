@@ -360,6 +360,9 @@ func (s *Server) functionRestore(args [][]byte) backend.Value {
 	}
 	var add []*luascripts.Library
 	for _, code := range codes {
+		if len(code) > s.cfg.MaxScriptBytes {
+			return backend.ErrorValue(backend.MsgScriptTooBig)
+		}
 		lib, err := luascripts.LoadLibrary(code)
 		if err != nil {
 			return replyOf(err)
