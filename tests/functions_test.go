@@ -168,3 +168,28 @@ func TestFunctionReplaceWhileCalled(t *testing.T) {
 		})
 	}
 }
+
+// TestFunctionRefusedCommand: a function whose library can send a command
+// lockproxy does not serve is refused before it runs, as a script is, in
+// a function's words (its name, user_function), on every backend.
+func TestFunctionRefusedCommand(t *testing.T) {
+	for _, be := range functionBackends {
+		t.Run(be.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := redis.NewClient(&redis.Options{Addr: be.start(t), Protocol: 2})
+			defer c.Close()
+			lib := "#!lua name=streams\nredis.register_function('put', function(keys)\n redis.call('set', keys[1], 'v')\n return redis.call('xadd', keys[1], '*', 'f', 'v')\nend)"
+			if err := c.FunctionLoad(ctx, lib).Err(); err != nil {
+				t.Fatal(err)
+			}
+			err := c.FCall(ctx, "put", []string{"fn:s"}).Err()
+			const want = "ERR lockproxy serves lock commands only: 'xadd' is not supported script: put, on @user_function:4."
+			if err == nil || err.Error() != want {
+				t.Fatalf("FCALL put = %v, want %s", err, want)
+			}
+			if n, err := c.Exists(ctx, "fn:s").Result(); err != nil || n != 0 {
+				t.Fatalf("EXISTS fn:s = %d, %v: a refused function wrote", n, err)
+			}
+		})
+	}
+}
