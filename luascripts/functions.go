@@ -215,8 +215,9 @@ func (f scriptFlags) names() []string {
 
 // functionEnv sets up the environment a library's code runs in: fenv, an
 // empty read-only table whose lookups go to the load API while the code
-// registers its functions and to the script globals while a function
-// runs (Redis swaps the __index of its globals' metatable the same way).
+// registers its functions and to the script globals (fglobals: with a
+// function's redis table) while a function runs (Redis swaps the __index
+// of its globals' metatable the same way).
 // The functions the code defines keep fenv as theirs.
 func (v *vm) functionEnv() {
 	L := v.L
@@ -239,8 +240,20 @@ func (v *vm) functionEnv() {
 	L.SetMetatable(api, strict)
 	v.loadAPI = v.readOnly(api)
 
+	// A function's redis table lacks what only EVAL has (Redis's eval.c
+	// adds them): breakpoint, debug and replicate_commands.
+	fred := v.redisLib()
+	for _, name := range []string{"breakpoint", "debug", "replicate_commands"} {
+		fred.RawSetString(name, lua.LNil)
+	}
+	v.fglobals = L.NewTable()
+	v.fglobals.RawSetString("redis", v.readOnly(fred))
+	mt := L.NewTable()
+	mt.RawSetString("__index", v.globals)
+	L.SetMetatable(v.fglobals, mt)
+
 	v.fenv, v.fenvMT = L.NewTable(), L.NewTable()
-	v.fenvMT.RawSetString("__index", v.globals)
+	v.fenvMT.RawSetString("__index", v.fglobals)
 	v.fenvMT.RawSetString("__newindex", L.NewFunction(func(L *lua.LState) int {
 		L.RaiseError(msgReadonly)
 		return 0
@@ -258,7 +271,7 @@ func (v *vm) load(p *lua.FunctionProto) ([]registration, error) {
 	v.fenvMT.RawSetString("__index", v.loadAPI)
 	defer func() {
 		v.loading = nil
-		v.fenvMT.RawSetString("__index", v.globals)
+		v.fenvMT.RawSetString("__index", v.fglobals)
 	}()
 	fn := L.NewFunctionFromProto(p)
 	fn.Env = v.fenv

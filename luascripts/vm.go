@@ -32,10 +32,11 @@ type vm struct {
 	libs    *libState // bit, struct, cjson, cmsgpack (libs.go)
 
 	// functions (functions.go)
-	fenv    *lua.LTable     // a library's environment
-	fenvMT  *lua.LTable     // its metatable, whose __index changes with the phase
-	loadAPI *lua.LTable     // what a library's code sees while it registers
-	loading *[]registration // the registrations of the load under way; nil outside one
+	fenv     *lua.LTable     // a library's environment
+	fenvMT   *lua.LTable     // its metatable, whose __index changes with the phase
+	loadAPI  *lua.LTable     // what a library's code sees while it registers
+	fglobals *lua.LTable     // what a function sees: the globals, with its own redis table
+	loading  *[]registration // the registrations of the load under way; nil outside one
 
 	// per run
 	ctx    context.Context

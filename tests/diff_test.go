@@ -113,6 +113,7 @@ func diffLoadCorpus(t *testing.T, target string) []diffCase {
 func TestDifferential(t *testing.T) {
 	cases := append(diffLoadCorpus(t, "memory"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
+	cases = append(cases, diffAsFunctions(cases)...)
 	if len(cases) < 300 {
 		t.Fatalf("the corpus has %d cases; issue #2 asks for at least 300", len(cases))
 	}
