@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
@@ -191,5 +192,29 @@ func TestFunctionRefusedCommand(t *testing.T) {
 				t.Fatalf("EXISTS fn:s = %d, %v: a refused function wrote", n, err)
 			}
 		})
+	}
+}
+
+// TestFunctionMigratingRefused: while a proxy migrates from a legacy
+// Redis, which lacks this instance's libraries, a function is refused in
+// plain words and reaches neither store.
+func TestFunctionMigratingRefused(t *testing.T) {
+	ctx := t.Context()
+	addr, legacy, _ := testsrv.StartMigratingProxy(t, "memory", memory.New(memory.Config{}))
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	defer c.Close()
+	if err := c.FunctionLoad(ctx, "#!lua name=m\nredis.register_function('put', function(keys) return redis.call('set', keys[1], 'v') end)").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const want = "ERR lockproxy does not run functions (FCALL) while it migrates from a legacy Redis"
+	if err := c.FCall(ctx, "put", []string{"fn:m"}).Err(); err == nil || err.Error() != want {
+		t.Fatalf("FCALL put = %v, want %s", err, want)
+	}
+	lc := redis.NewClient(&redis.Options{Addr: legacy.Addr, Protocol: 2})
+	defer lc.Close()
+	for name, cl := range map[string]*redis.Client{"lockproxy": c, "legacy": lc} {
+		if n, err := cl.Exists(ctx, "fn:m").Result(); err != nil || n != 0 {
+			t.Fatalf("%s: EXISTS fn:m = %d, %v", name, n, err)
+		}
 	}
 }
