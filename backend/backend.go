@@ -207,7 +207,14 @@ type KV struct {
 }
 
 // Script is a Lua script by source and SHA1 (lower-case hex of Src).
+//
+// With Function set, Src is a Redis 7 function library (FUNCTION LOAD's
+// code, "#!lua name=…" line included) and running the Script calls the
+// function of that name the library registers (FCALL), with KEYS and
+// ARGV as its arguments: a backend runs it as it runs any script
+// (luascripts.Runner knows the difference).
 type Script struct {
-	SHA1 string
-	Src  string
+	SHA1     string
+	Src      string
+	Function string
 }

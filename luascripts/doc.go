@@ -24,6 +24,12 @@
 //     flags=no-writes,…", shebang.go): Redis's errors for a bad one,
 //     EVAL_RO refusing a script without no-writes, and no-writes refusing
 //     its write commands (PUBLISH included) with Redis's text.
+//   - Redis 7 functions run on the same engine (functions.go):
+//     LoadLibrary checks a library as FUNCTION LOAD does, in Redis's
+//     load environment and words, and a backend.Script with Function set
+//     runs the library's code, then that function with KEYS and ARGV,
+//     under the flags it registered. Unlike Redis, the library's code
+//     runs afresh on every call.
 //   - A script running past Config.TimeLimit is stopped with
 //     "ERR Script killed by lockproxy: …".
 //   - A script holding more than Config.MemoryLimit is stopped with

@@ -23,11 +23,27 @@ func scriptError(sha string, err error, at int) error {
 	if !errors.As(err, &ae) {
 		return &backend.ReplyError{Reply: "ERR " + oneLine(err.Error()), Err: err}
 	}
-	line := "1"
+	line := errorLine(ae, at)
+	return &backend.ReplyError{Reply: errorMessage(err, at) + " script: " + sha + ", on @user_script:" + line + ".", Err: err}
+}
+
+// errorLine is the line an escaped error is reported at: at, or the one
+// in its message.
+func errorLine(ae *lua.ApiError, at int) string {
 	if at > 0 {
-		line = strconv.Itoa(at)
+		return strconv.Itoa(at)
 	} else if m := stackLine.FindStringSubmatch(ae.Object.String()); m != nil {
-		line = m[1]
+		return m[1]
+	}
+	return "1"
+}
+
+// errorMessage is the text of an error that escaped a script, without
+// scriptError's " script: …" end (FUNCTION LOAD's errors have none).
+func errorMessage(err error, at int) string {
+	var ae *lua.ApiError
+	if !errors.As(err, &ae) {
+		return "ERR " + oneLine(err.Error())
 	}
 	var msg string
 	switch o := ae.Object.(type) {
@@ -40,12 +56,12 @@ func scriptError(sha string, err error, at int) error {
 	case lua.LString:
 		msg = "ERR " + luaMessage(string(o))
 		if o == "lua callstack overflow" || o == "stack overflow" {
-			msg = "ERR user_script:" + line + ": stack overflow"
+			msg = "ERR user_script:" + errorLine(ae, at) + ": stack overflow"
 		}
 	default:
 		msg = "ERR " + toString(o)
 	}
-	return &backend.ReplyError{Reply: oneLine(msg) + " script: " + sha + ", on @user_script:" + line + ".", Err: err}
+	return oneLine(msg)
 }
 
 // gopher-lua words some runtime errors differently from Lua 5.1, which is

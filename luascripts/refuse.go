@@ -96,6 +96,10 @@ func (r *Runner) Refusal(s backend.Script) (err error, publishes bool) {
 	if err != nil {
 		return nil, false
 	}
+	if s.Function != "" && p.refusedNodes != nil {
+		_, err = functionResult(s, backend.Value{}, p.refusedNodes)
+		return err, p.publishes
+	}
 	return p.refusedNodes, p.publishes
 }
 

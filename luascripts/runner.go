@@ -148,24 +148,40 @@ func compile(src string) (*lua.FunctionProto, error) {
 	return nil, backend.Reply("ERR Error compiling script (new function): user_script:" + line + ": " + msg)
 }
 
+// compiled returns s compiled, from the cache when it is there. A
+// function's library (s.Function set) is cached apart from the scripts,
+// once for all its functions.
 func (r *Runner) compiled(s backend.Script) (*compiled, error) {
+	key := s.SHA1
+	if s.Function != "" {
+		key = "library:" + s.SHA1
+	}
 	r.mu.RLock()
-	p := r.procs[s.SHA1]
+	p := r.procs[key]
 	r.mu.RUnlock()
 	if p != nil {
 		return p, nil
 	}
-	proto, err := compile(s.Src)
+	var proto *lua.FunctionProto
+	var err error
+	if s.Function != "" {
+		proto, err = compileLibrary(s.Src)
+	} else {
+		proto, err = compile(s.Src)
+	}
 	if err != nil {
 		return nil, err
 	}
-	p = &compiled{proto: proto, native: lookupNative(s.Src), refused: refusal(s, false, false), refusedPub: refusal(s, true, false),
+	p = &compiled{proto: proto, refused: refusal(s, false, false), refusedPub: refusal(s, true, false),
 		refusedNodes: refusal(s, true, true), publishes: mayPublish(s.Src), flags: flagsOf(s.Src)}
+	if s.Function == "" {
+		p.native = lookupNative(s.Src)
+	}
 	r.mu.Lock()
 	if len(r.procs) >= maxCompiled {
 		clear(r.procs)
 	}
-	r.procs[s.SHA1] = p
+	r.procs[key] = p
 	r.mu.Unlock()
 	return p, nil
 }
@@ -176,11 +192,20 @@ func (r *Runner) compiled(s backend.Script) (*compiled, error) {
 // with Redis's text; a Caller failure that is not a ReplyError, or ctx
 // ending, comes back wrapped. s.SHA1, when set, must be SHA1(s.Src): the
 // compiled script is cached under it. A Caller that panics makes Run panic
-// with the same value.
+// with the same value. With s.Function set, s.Src is a function library
+// and Run calls that function of it (functions.go).
 func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args [][]byte, c Caller) (backend.Value, error) {
 	if s.SHA1 == "" {
 		s.SHA1 = SHA1(s.Src)
 	}
+	if s.Function != "" {
+		v, err := r.run(ctx, s, keys, args, c)
+		return functionResult(s, v, err)
+	}
+	return r.run(ctx, s, keys, args, c)
+}
+
+func (r *Runner) run(ctx context.Context, s backend.Script, keys []string, args [][]byte, c Caller) (backend.Value, error) {
 	p, err := r.compiled(s)
 	if err != nil {
 		return backend.Value{}, err
@@ -196,7 +221,9 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 			}
 		}
 	}
-	if c, err = p.flags.caller(c); err != nil {
+	if s.Function != "" {
+		// a function's flags are those it registers: callFunction's
+	} else if c, err = p.flags.caller(c); err != nil {
 		return backend.Value{}, err
 	}
 	if p.native != nil {
@@ -212,7 +239,7 @@ func (r *Runner) Run(ctx context.Context, s backend.Script, keys []string, args 
 	defer cancel()
 	startClock()
 	v.budget = r.cfg.MemoryLimit
-	out, err, reusable := v.run(runCtx, cancel, p.proto, s.SHA1, keys, args, c)
+	out, err, reusable := v.run(runCtx, cancel, p.proto, s.SHA1, s.Function, keys, args, c)
 	stopped := v.stopped
 	if v.panicked != nil {
 		v.L.Close()

@@ -75,10 +75,14 @@ func shebang(src string) (body string, flags scriptFlags, err error) {
 }
 
 // blankShebang is src with a shebang line blanked, for the readers of a
-// script's text (analyse, tokens); src when there is none or it is bad.
+// script's text (analyse, tokens): a script's, or a function library's
+// metadata line ("#!lua name=…"); src when there is none.
 func blankShebang(src string) string {
 	if body, _, err := shebang(src); err == nil {
 		return body
+	}
+	if end := strings.IndexByte(src, '\n'); end >= 0 && strings.HasPrefix(src, "#!") {
+		return strings.Repeat(" ", end) + src[end:]
 	}
 	return src
 }

@@ -31,6 +31,13 @@ type vm struct {
 	log     *slog.Logger
 	libs    *libState // bit, struct, cjson, cmsgpack (libs.go)
 
+	// functions (functions.go)
+	fenv     *lua.LTable     // a library's environment
+	fenvMT   *lua.LTable     // its metatable, whose __index changes with the phase
+	loadAPI  *lua.LTable     // what a library's code sees while it registers
+	fglobals *lua.LTable     // what a function sees: the globals, with its own redis table
+	loading  *[]registration // the registrations of the load under way; nil outside one
+
 	// per run
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -134,6 +141,7 @@ func newVM(log *slog.Logger) *vm {
 	L.SetMetatable(v.globals, strict)
 	v.env = v.readOnly(v.globals)
 	v.globals.RawSetString("_G", v.env)
+	v.functionEnv()
 	return v
 }
 
@@ -200,7 +208,9 @@ func (v *vm) getMetatable(L *lua.LState) int {
 
 // run runs one script. reusable reports whether the state may serve
 // another run (not after a timeout, a cancellation or an abort).
-func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.FunctionProto, sha string, keys []string, args [][]byte, c Caller) (out backend.Value, err error, reusable bool) {
+// A function's run (fn, the name of the function of library p to call)
+// has no KEYS and ARGV globals: the function gets them as arguments.
+func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.FunctionProto, sha, fn string, keys []string, args [][]byte, c Caller) (out backend.Value, err error, reusable bool) {
 	v.ctx, v.cancel, v.caller, v.resp, v.abort, v.line, v.panicked, v.stopped = ctx, cancel, c, 2, nil, 0, nil, nil
 	v.cCalls = 1 // the call of the script
 	v.resetLibs()
@@ -218,18 +228,27 @@ func (v *vm) run(ctx context.Context, cancel context.CancelFunc, p *lua.Function
 	for _, a := range args {
 		at.Append(lua.LString(a))
 	}
-	v.globals.RawSetString("KEYS", kt)
-	v.globals.RawSetString("ARGV", at)
-
-	fn := L.NewFunctionFromProto(p)
-	fn.Env = v.env
 	L.SetContext(v.watchRun(ctx))
-	L.Push(fn)
-	err = L.PCall(0, 1, v.onError)
+	if fn != "" {
+		v.globals.RawSetString("KEYS", lua.LNil)
+		v.globals.RawSetString("ARGV", lua.LNil)
+		err = v.callFunction(p, fn, kt, at)
+	} else {
+		v.globals.RawSetString("KEYS", kt)
+		v.globals.RawSetString("ARGV", at)
+		f := L.NewFunctionFromProto(p)
+		f.Env = v.env
+		L.Push(f)
+		err = L.PCall(0, 1, v.onError)
+	}
 	L.RemoveContext()
 	if v.abort != nil {
 		L.SetTop(0)
 		return backend.Value{}, fmt.Errorf("luascripts: script %s: %w", sha, v.abort), false
+	}
+	if re, ok := err.(*backend.ReplyError); ok {
+		L.SetTop(0) // refused before the function ran (its flags)
+		return backend.Value{}, re, ctx.Err() == nil && v.clean()
 	}
 	if err != nil {
 		L.SetTop(0)

@@ -253,6 +253,10 @@ func (r legacyRun) result() (backend.Value, error) {
 // creates something from an empty key space is an acquire, granted only
 // when both sides grant; any other script runs on both sides.
 func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
+	if s.Function != "" {
+		// the legacy Redis does not have this instance's libraries
+		return backend.Value{}, backend.Reply("ERR lockproxy does not run functions (FCALL) while it migrates from a legacy Redis")
+	}
 	if !ro && b.releases.Is(s) {
 		return b.evalRelease(ctx, db, s, keys, args)
 	}

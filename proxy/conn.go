@@ -282,7 +282,8 @@ func init() {
 		{"select", 2, cmdSelect}, {"auth", -2, cmdAuth}, {"hello", -1, cmdHello}, {"client", -2, cmdClient},
 		{"info", -1, cmdInfo}, {"command", -1, cmdCommand}, {"config", -2, cmdConfig}, {"time", 1, cmdTime},
 		{"eval", -3, cmdEval}, {"evalsha", -3, cmdEval}, {"eval_ro", -3, cmdEval}, {"evalsha_ro", -3, cmdEval},
-		{"script", -2, cmdScript}, {"multi", 1, cmdMulti}, {"exec", 1, cmdExec}, {"discard", 1, cmdDiscard},
+		{"script", -2, cmdScript}, {"function", -2, cmdFunction}, {"fcall", -3, cmdFCall}, {"fcall_ro", -3, cmdFCall},
+		{"multi", 1, cmdMulti}, {"exec", 1, cmdExec}, {"discard", 1, cmdDiscard},
 		{"subscribe", -2, cmdSubscribe}, {"psubscribe", -2, cmdPSubscribe}, {"unsubscribe", -1, cmdUnsubscribe},
 		{"punsubscribe", -1, cmdPUnsubscribe}, {"publish", 3, cmdPublish}, {"pubsub", -2, cmdPubsub},
 		{"blpop", -3, cmdBLPop}, {"brpop", -3, cmdBRPop}, {"blmove", 6, cmdBLMove}, {"brpoplpush", 4, cmdBRPopLPush},
@@ -392,7 +393,7 @@ func (cl *client) blocking(args [][]byte) bool {
 	}
 	if cc := lookupConn(args[0]); cc != nil {
 		switch cc.name {
-		case "eval", "evalsha", "eval_ro", "evalsha_ro", "script", "info":
+		case "eval", "evalsha", "eval_ro", "evalsha_ro", "script", "info", "fcall", "fcall_ro", "function":
 			return !s.immediate && !cl.inMulti
 		case "exec":
 			return !s.immediate

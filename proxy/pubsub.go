@@ -497,7 +497,7 @@ func (cl *client) subscribedRefusal(name string, args [][]byte) string {
 }
 
 // containers are the commands with subcommands, named "name|sub".
-var containers = map[string]bool{"client": true, "config": true, "script": true, "command": true, "pubsub": true, "object": true}
+var containers = map[string]bool{"client": true, "config": true, "script": true, "function": true, "command": true, "pubsub": true, "object": true}
 
 // subscribedPing is PING in RESP2 subscribed mode: ["pong", arg or ""].
 func subscribedPing(args [][]byte) backend.Value {

@@ -118,17 +118,18 @@ func (c Config) withDefaults() Config {
 // Server serves RESP clients from a Backend. It is safe for concurrent use.
 // Serve runs until Shutdown; the Server never closes the Backend.
 type Server struct {
-	cfg      Config
-	b        backend.Backend
-	log      *slog.Logger
-	scripts  *scriptCache
-	broker   *broker  // this instance's pub/sub subscribers (pubsub.go)
-	tracker  *tracker // CLIENT TRACKING's table (tracking.go)
-	remote   *remote  // invalidations to and from the other instances (tracking_remote.go)
-	blockers blockers // clients blocked in BLPOP/BRPOP (blocking.go)
-	started  time.Time
-	metrics  *metrics // nil without a Registerer
-	ops      opsView  // contended keys and TRYAGAIN replies, for the status page
+	cfg       Config
+	b         backend.Backend
+	log       *slog.Logger
+	scripts   *scriptCache
+	functions *functionLibs // FUNCTION LOAD's libraries (cmd_function.go)
+	broker    *broker       // this instance's pub/sub subscribers (pubsub.go)
+	tracker   *tracker      // CLIENT TRACKING's table (tracking.go)
+	remote    *remote       // invalidations to and from the other instances (tracking_remote.go)
+	blockers  blockers      // clients blocked in BLPOP/BRPOP (blocking.go)
+	started   time.Time
+	metrics   *metrics // nil without a Registerer
+	ops       opsView  // contended keys and TRYAGAIN replies, for the status page
 	// immediate: the backend never blocks (backend.Immediate), so key
 	// commands need no deadline of their own.
 	immediate bool
@@ -159,7 +160,7 @@ func New(cfg Config, b backend.Backend) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, immediate := b.(backend.Immediate)
 	s := &Server{immediate: immediate,
-		cfg: cfg, b: b, log: cfg.Logger, scripts: newScriptCache(cfg.MaxScriptCacheBytes), broker: newBroker(), tracker: newTracker(),
+		cfg: cfg, b: b, log: cfg.Logger, scripts: newScriptCache(cfg.MaxScriptCacheBytes), functions: newFunctionLibs(), broker: newBroker(), tracker: newTracker(),
 		started: time.Now(), ctx: ctx, cancel: cancel,
 		clients: make(map[*client]struct{}), idle: make(chan struct{}),
 	}

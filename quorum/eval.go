@@ -16,7 +16,8 @@ import (
 // its changes committed by compare-and-set. The nodes never run it.
 //
 // The one exception is a lock script recognised by what it does
-// (onNodes, classify.go): an owner-checked release or extend, or an
+// (onNodes, classify.go; never a function, FCALL, whose library is this
+// instance's alone): an owner-checked release or extend, or an
 // acquire that writes only tokens from its ARGV (node redlock's,
 // bsm/redislock's multi-key acquires). Those keep the one-round-trip path
 // below, where each node runs the script and the reply Q nodes agree on
@@ -35,7 +36,8 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 	if refused != nil {
 		return backend.Value{}, refused // beyond the lock model: refused as on every backend (luascripts/refuse.go)
 	}
-	if ro || len(keys) == 0 {
+	if ro || len(keys) == 0 || s.Function != "" {
+		// a function (FCALL) is never a node's: its library is this instance's
 		return b.evalModel(ctx, db, s, keys, args, ro)
 	}
 	cl, lock := b.classes.Lock(ctx, s, keys, args)

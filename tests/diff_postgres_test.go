@@ -17,6 +17,7 @@ import (
 func TestDifferentialPostgres(t *testing.T) {
 	cases := append(diffLoadCorpus(t, "postgres"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
+	cases = append(cases, diffAsFunctions(cases)...)
 	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
 		t.Run(strategy, func(t *testing.T) {
 			t.Parallel()

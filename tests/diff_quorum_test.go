@@ -19,6 +19,7 @@ import (
 func TestDifferentialQuorum(t *testing.T) {
 	cases := append(diffLoadCorpus(t, "quorum"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
+	cases = append(cases, diffAsFunctions(cases)...)
 	redis := testsrv.StartRedis(t)
 	var addrs []string
 	for range 3 {

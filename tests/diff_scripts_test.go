@@ -3,6 +3,7 @@ package tests
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -61,4 +62,40 @@ func diffScriptCases(t testing.TB) []diffCase {
 		}
 	}
 	return cases
+}
+
+// diffAsFunctions returns the cases among cases that run a script with
+// EVAL, with each such script run as a Redis 7 function instead, as
+// Redis's own scripting tests run every case twice: the script becomes
+// the body of a function test(KEYS, ARGV) of the library "diffscript",
+// loaded (FUNCTION LOAD REPLACE) just before the FCALL that replaces the
+// EVAL. A script with a shebang line, which cannot be a function's body,
+// or one that calls what only EVAL has (redis.replicate_commands,
+// breakpoint, debug: Redis's functions lack them, as Redis's scripting
+// tests skip such cases for functions), and the other commands stay as
+// they are. The load is compared as a Lua VM error ('^'): a body may not
+// compile, in gopher-lua's words.
+func diffAsFunctions(cases []diffCase) []diffCase {
+	evalOnly := regexp.MustCompile(`redis\.(replicate_commands|breakpoint|debug)\b`)
+	var out []diffCase
+	for _, c := range cases {
+		// Quorum's and postgres's runs share a proxy between cases: no
+		// library of a case before may stand.
+		fc := diffCase{name: "fcall/" + c.name, lines: []diffLine{diffL("FUNCTION", "FLUSH")}}
+		evals := 0
+		for _, l := range c.lines {
+			if l.mode == '>' || len(l.args) < 3 || !strings.EqualFold(l.args[0], "EVAL") || strings.HasPrefix(l.args[1], "#!") || evalOnly.MatchString(l.args[1]) {
+				fc.lines = append(fc.lines, l)
+				continue
+			}
+			evals++
+			lib := "#!lua name=diffscript\nredis.register_function('test', function(KEYS, ARGV)\n" + l.args[1] + "\nend)"
+			fc.lines = append(fc.lines, diffLine{mode: '^', args: []string{"FUNCTION", "LOAD", "REPLACE", lib}},
+				diffLine{mode: l.mode, args: append([]string{"FCALL", "test"}, l.args[2:]...)})
+		}
+		if evals > 0 {
+			out = append(out, fc)
+		}
+	}
+	return out
 }

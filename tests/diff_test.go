@@ -34,8 +34,9 @@ type diffCase struct {
 //	'%' a remaining time in seconds (TTL of an absolute expiry, which ticks
 //	    with the wall clock and may round differently on the two servers):
 //	    integers above 1 and within 1 of each other
-//	'^' a Lua VM error: equal up to "user_script:N:" and from " script:
-//	    <sha1>, on @user_script:N." on (gopher-lua words compile errors and
+//	'^' a Lua VM error: equal up to "user_script:N:" (a function's:
+//	    "user_function:N:") and from " script: <sha1>, on @user_script:N."
+//	    (" script: <function>, on @user_function:N.") on (gopher-lua words compile errors and
 //	    runtime errors like arithmetic on nil its own way: the one intended
 //	    divergence, see luascripts' doc); other replies as '~'
 //	'?' not compared (INFO, CLIENT ID, TIME …)
@@ -112,6 +113,7 @@ func diffLoadCorpus(t *testing.T, target string) []diffCase {
 func TestDifferential(t *testing.T) {
 	cases := append(diffLoadCorpus(t, "memory"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
+	cases = append(cases, diffAsFunctions(cases)...)
 	if len(cases) < 300 {
 		t.Fatalf("the corpus has %d cases; issue #2 asks for at least 300", len(cases))
 	}
@@ -128,7 +130,7 @@ func TestDifferential(t *testing.T) {
 
 func diffRun(t *testing.T, redisAddr, proxyAddr string, proto int, c diffCase) {
 	admin := dialRESP(t, redisAddr)
-	for _, cmd := range [][]string{{"FLUSHALL"}, {"SCRIPT", "FLUSH"}} {
+	for _, cmd := range [][]string{{"FLUSHALL"}, {"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}} {
 		if _, err := admin.do(cmd...); err != nil {
 			t.Fatalf("redis %v: %v", cmd, err)
 		}
@@ -178,7 +180,7 @@ func diffClosed(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-var diffScriptPos = regexp.MustCompile(`user_script:\d+:`)
+var diffScriptPos = regexp.MustCompile(`user_(?:script|function):\d+:`)
 
 // diffSame compares one command's raw replies as l.mode says.
 func diffSame(l diffLine, w, g string) bool {
