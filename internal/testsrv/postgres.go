@@ -200,7 +200,7 @@ func startPostgres(bin string, tlsFiles *TLSFiles, extra ...string) (*Postgres, 
 				return nil, err
 			}
 		}
-		p.extra = append(p.extra, "-c", "ssl=on", "-c", "ssl_cert_file=" + filepath.Join(dir, "server.crt"),
+		p.extra = append(p.extra, "-c", "ssl=on", "-c", "ssl_cert_file="+filepath.Join(dir, "server.crt"),
 			"-c", "ssl_key_file="+filepath.Join(dir, "server.key"))
 	}
 	var lastErr error
