@@ -58,6 +58,12 @@ type Config struct {
 	// Every instance answers the same whatever it is. 0 writes every row
 	// at once; lockproxy's default is 200ms. default: 0
 	LeaseRowDelay time.Duration
+	// AdvisoryLocks (advisory) is how many advisory locks this instance
+	// holds at most: a command that would take one more answers OOM. It may
+	// be at most 3/4 of PostgreSQL's lock table, max_locks_per_transaction ×
+	// (max_connections + max_prepared_transactions), read at start; New
+	// fails when it is more (capacity.go). default: 0, that 3/4
+	AdvisoryLocks int
 	// ReapInterval is how often lease rows that mean nothing any more are
 	// deleted: expired ones (lease) and those whose holder session is gone
 	// (advisory). default: 10s
