@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 	"github.com/lockproxy/lockproxy/pgbridge"
+	"github.com/lockproxy/lockproxy/proxy"
 )
 
 // scaleKey is the i-th key of the scale tests.
@@ -150,5 +151,26 @@ func TestPostgresAdvisoryCapacity(t *testing.T) {
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPostgresAdvisoryLocksSetting: postgres-advisory-locks beyond 3/4 of
+// the server's lock table fails at start, naming the setting to raise and
+// the value that would do; within it, it is the limit INFO shows.
+func TestPostgresAdvisoryLocksSetting(t *testing.T) {
+	t.Parallel()
+	dsn := testsrv.SharedPostgres(t).NewDatabase(t)
+	_, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn, AdvisoryLocks: 1_000_000})
+	if err == nil || !strings.Contains(err.Error(), "postgres-advisory-locks 1000000 is more than 3/4 of PostgreSQL's lock table") ||
+		!strings.Contains(err.Error(), "raise max_locks_per_transaction to") {
+		t.Fatalf("New with postgres-advisory-locks 1000000 = %v; want a start error naming max_locks_per_transaction", err)
+	}
+	b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn, AdvisoryLocks: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := opsInfo(t, pgClient(t, testsrv.StartLockproxy(t, proxy.Config{BackendName: "postgres"}, b)))
+	if info["lockproxy_postgres_advisory_locks_limit"] != "100" {
+		t.Fatalf("INFO: advisory locks limit = %q; want 100", info["lockproxy_postgres_advisory_locks_limit"])
 	}
 }
