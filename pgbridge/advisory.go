@@ -79,10 +79,15 @@ func newAdvisory(b *Backend) *advisory {
 			a.expire(k, e)
 		}
 	}
-	for i := range b.cfg.Holders {
-		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), wake: make(chan struct{}, 1), check: make(chan struct{}, 1)})
-	}
+	a.addHolders(b.cfg.Holders)
 	return a
+}
+
+// addHolders adds holders up to n (before start runs them).
+func (a *advisory) addHolders(n int) {
+	for i := len(a.holders); i < n; i++ {
+		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", a.b.instance, i), wake: make(chan struct{}, 1), check: make(chan struct{}, 1)})
+	}
 }
 
 // The advisory strategy's lease table is UNLOGGED: its rows only mean
@@ -103,6 +108,7 @@ func (a *advisory) start(ctx context.Context) error {
 	if err := a.readCapacity(ctx, int64(b.cfg.AdvisoryLocks)); err != nil {
 		return err
 	}
+	a.addHolders(a.cap.holders(len(a.holders)))
 	r, err := newRouter(ctx, a)
 	if err != nil {
 		return err

@@ -60,6 +60,23 @@ func (a *advisory) readCapacity(ctx context.Context, want int64) error {
 	return nil
 }
 
+// Every transaction on a session costs PostgreSQL time in proportion to
+// the locks the session holds (at its end, LockReleaseAll walks the
+// session's whole local lock table: about 1-2 µs a lock, so a batch on a
+// session of 50,000 locks took 70 ms). So an instance whose limit is
+// large spreads its locks over more holder sessions: one per
+// locksPerHolder of its limit, at most maxHolders.
+const (
+	locksPerHolder = 10_000
+	maxHolders     = 32
+)
+
+// holders is how many holder sessions the limit asks for, at least n.
+func (c *capacity) holders(n int) int {
+	want := int((c.limit + locksPerHolder - 1) / locksPerHolder)
+	return max(n, min(want, maxHolders))
+}
+
 // describe names the lock table's size and where it comes from.
 func (c *capacity) describe() string {
 	return fmt.Sprintf("max_locks_per_transaction %d × (max_connections %d + max_prepared_transactions %d) = %d",

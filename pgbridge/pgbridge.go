@@ -46,7 +46,9 @@ type Config struct {
 	// Holders is the number of dedicated holder connections (advisory).
 	// Fewer holders make larger merged statements: at 50 clients on two
 	// cores, 2 did ~1.3x the lock cycles of 4 with a lower p99, and 1 was
-	// no worse than 2 but puts every lock on one session. default: 2
+	// no worse than 2 but puts every lock on one session. An instance whose
+	// advisory lock limit (AdvisoryLocks) is large has more: one per 10,000
+	// locks of it, at most 32 (capacity.go). default: 2
 	Holders int
 	// OpTimeout bounds one statement batch on a holder connection. A batch
 	// that takes longer closes that connection, which releases its locks:

@@ -26,7 +26,7 @@ func setMany(t *testing.T, addr string, n, conns int) []error {
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1, PoolSize: conns, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	defer c.Close()
 	errs := make([]error, n)
-	const chunk = 500
+	const chunk = 100
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range conns {
@@ -172,5 +172,58 @@ func TestPostgresAdvisoryLocksSetting(t *testing.T) {
 	info := opsInfo(t, pgClient(t, testsrv.StartLockproxy(t, proxy.Config{BackendName: "postgres"}, b)))
 	if info["lockproxy_postgres_advisory_locks_limit"] != "100" {
 		t.Fatalf("INFO: advisory locks limit = %q; want 100", info["lockproxy_postgres_advisory_locks_limit"])
+	}
+}
+
+// TestPostgresHundredThousandLocks: 100,000 locks held at once, in each
+// strategy: every SET NX answers OK, and every lock is still held once all
+// are granted (the lease rows, or the holder sessions' advisory locks in
+// pg_locks, counted from SQL; SET NX of a sample from another client nil).
+// The lease strategy holds them on a PostgreSQL of default settings; the
+// advisory strategy on one whose lock table holds them
+// (max_locks_per_transaction 1400: docs/postgres.md, Capacity).
+func TestPostgresHundredThousandLocks(t *testing.T) {
+	const n = 100_000
+	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
+		t.Run(strategy, func(t *testing.T) {
+			settings := []string{"max_connections=100"} // PostgreSQL's default, not the tests' 300
+			if strategy == pgbridge.Advisory {
+				settings = append(settings, "max_locks_per_transaction=1400")
+			}
+			dsn := testsrv.StartPostgresWith(t, settings...).NewDatabase(t)
+			b, err := pgbridge.New(t.Context(), pgbridge.Config{DSN: dsn, Strategy: strategy, LeaseRowDelay: testsrv.PostgresRowDelay(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := testsrv.StartLockproxy(t, proxy.Config{BackendName: "postgres"}, b)
+			start := time.Now()
+			// Many connections, so that the holders' batches are large:
+			// each transaction on a holder session costs PostgreSQL time
+			// in proportion to the locks it holds (docs/postgres.md).
+			for i, err := range setMany(t, addr, n, 400) {
+				if err != nil {
+					t.Fatalf("SET %s NX = %v; want OK", scaleKey(i), err)
+				}
+			}
+			t.Logf("%d SET NX answered in %v", n, time.Since(start))
+			if strategy == pgbridge.Advisory {
+				if got := heldAdvisory(t, dsn); got != n {
+					t.Fatalf("pg_locks: the holder sessions hold %d advisory locks; want %d", got, n)
+				}
+			} else {
+				var rows int
+				if err := pgConn(t, dsn).QueryRow(t.Context(), `SELECT count(*) FROM lockproxy.leases WHERE token = 'tok' AND expires_at > now()`).Scan(&rows); err != nil || rows != n {
+					t.Fatalf("live lease rows = %d, %v; want %d", rows, err, n)
+				}
+			}
+			var sample []string
+			for i := 0; i < n; i += 97 {
+				sample = append(sample, scaleKey(i))
+			}
+			refusedNX(t, addr, append(sample, scaleKey(n-1)))
+			if info := opsInfo(t, pgClient(t, addr)); strategy == pgbridge.Advisory && info["lockproxy_postgres_holder_sessions_lost"] != "0" {
+				t.Fatalf("INFO: holder sessions lost = %q; want 0", info["lockproxy_postgres_holder_sessions_lost"])
+			}
+		})
 	}
 }
