@@ -206,7 +206,7 @@ func (a *advisory) acquireStart(st *stripe, k dbKey, token []byte, o backend.Set
 		}
 		a.drop(st, k, e)
 	}
-	if a.reserve(1) != nil {
+	if a.reserve(1, false) != nil {
 		return nil, backend.SetResult{}, false
 	}
 	q := &query{kind: qAcquire, k: k, token: token, dl: deadline, deferred: a.deferrable(deadline, now.UnixMilli()), grant: backend.Grant{At: now.UnixMilli(), Holder: hd}}
@@ -290,7 +290,7 @@ func (a *advisory) prepareOnce(ctx context.Context, keys []dbKey) (tx, error) {
 	if len(need) == 0 {
 		return t, nil
 	}
-	if err := a.reserve(len(need)); err != nil {
+	if err := a.reserve(len(need), true); err != nil {
 		return nil, err
 	}
 	defer a.unreserve(len(need)) // counted on their sessions once taken
@@ -411,6 +411,10 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 			latest = s.deadline
 		}
 	}
+	if err := t.a.overLimit(len(t.fresh), t.begins(after)); err != nil {
+		t.rollback()
+		return err
+	}
 	if err := t.a.cover(ctx, latest); err != nil {
 		t.rollback()
 		return err
@@ -481,6 +485,17 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 	t.unlock(unlock)
 	t.fresh = nil
 	return err
+}
+
+// begins counts the keys this operation locked that become leases.
+func (t *advTx) begins(after map[dbKey]state) int {
+	n := 0
+	for _, k := range t.fresh {
+		if after[k].present && !t.fenced[k] {
+			n++
+		}
+	}
+	return n
 }
 
 func qsOf[T any](xs []T, f func(T) *query) []*query {

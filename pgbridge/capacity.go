@@ -96,19 +96,46 @@ func (a *advisory) locksHeld() int64 {
 }
 
 // reserve claims room for n more advisory locks, or answers the OOM error
-// when the limit would be passed. Each reserve is matched by an
-// unreserve once its statement ran (the locks it took are counted by
-// then).
-func (a *advisory) reserve(n int) error {
+// when the limit would be passed (transient: up to the limit plus half
+// the rest of the lock table, for the locks an operation takes only while
+// it runs, such as a release or DEL routed to the holding instance; the
+// leases it begins are checked against the limit itself by overLimit).
+// Each reserve is matched by an unreserve once its statement ran (the
+// locks it took are counted by then).
+func (a *advisory) reserve(n int, transient bool) error {
 	c := &a.cap
 	if c.table == 0 {
 		return nil // not read (tests that build an advisory by hand)
 	}
+	limit := c.limit
+	if transient {
+		limit += (c.table - c.limit) / 2
+	}
 	r := c.reserved.Add(int64(n))
-	if held := a.locksHeld(); held+r > c.limit {
+	if held := a.locksHeld(); held+r > limit {
 		c.reserved.Add(int64(-n))
-		return &backend.ReplyError{Reply: fmt.Sprintf("OOM command not allowed when this instance holds %d PostgreSQL advisory locks, its limit "+
-			"(postgres-advisory-locks; the lock table is %s): raise max_locks_per_transaction, or release locks", held, c.describe())}
+		return c.full(held)
+	}
+	return nil
+}
+
+// full is the error of a command refused at the limit.
+func (c *capacity) full(held int64) error {
+	return &backend.ReplyError{Reply: fmt.Sprintf("OOM command not allowed when this instance holds %d PostgreSQL advisory locks, its limit "+
+		"(postgres-advisory-locks; the lock table is %s): raise max_locks_per_transaction, or release locks", min(held, c.limit), c.describe())}
+}
+
+// overLimit is the OOM error when an operation that took fresh locks (of
+// which begin become leases, and the rest are let go) would leave more
+// advisory locks held than the limit, or nil. Acquires under way count
+// as held (reserved): the check errs on the safe side.
+func (a *advisory) overLimit(fresh, begin int) error {
+	c := &a.cap
+	if c.table == 0 || begin == 0 {
+		return nil
+	}
+	if held := a.locksHeld() + c.reserved.Load() - int64(fresh) + int64(begin); held > c.limit {
+		return c.full(held)
 	}
 	return nil
 }

@@ -137,6 +137,17 @@ func TestPostgresAdvisoryCapacity(t *testing.T) {
 		!strings.Contains(m, "lockproxy_postgres_advisory_locks_limit "+held+"\n") || !strings.Contains(m, "lockproxy_postgres_lock_table_size 3000\n") {
 		t.Errorf("/metrics lacks the advisory locks, their limit %s and the lock table's 3000", held)
 	}
+	// At the limit, what takes no lock for good still runs: a DEL of an
+	// absent key, a GET, a script that only reads.
+	if n, err := c.Del(t.Context(), "scale:absent").Result(); n != 0 || err != nil {
+		t.Fatalf("DEL of an absent key at the limit = %d, %v; want 0", n, err)
+	}
+	if v, err := c.Eval(t.Context(), `return redis.call("get", KEYS[1])`, []string{granted[1]}).Text(); v != "tok" || err != nil {
+		t.Fatalf("a reading script at the limit = %q, %v; want tok", v, err)
+	}
+	if err := c.Eval(t.Context(), `return redis.call("set", KEYS[1], "v")`, []string{"scale:by-script"}).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM ") {
+		t.Fatalf("a script creating a key at the limit = %v; want OOM", err)
+	}
 	// A release makes room for one more.
 	if n, err := c.Eval(t.Context(), releaseScript, []string{granted[0]}, "tok").Int(); n != 1 || err != nil {
 		t.Fatalf("release = %d, %v", n, err)
