@@ -36,7 +36,8 @@ type advisory struct {
 	horizon    atomic.Int64  // deadlines (Unix ms) up to this are covered by the recorded horizon
 	horizonMu  sync.Mutex    // one horizon write at a time
 
-	timers timers // the leases' timers (expiry.go)
+	timers timers   // the leases' timers (expiry.go)
+	cap    capacity // PostgreSQL's lock table and this instance's share (capacity.go)
 
 	releases luascripts.Releases // catalogued release scripts seen (evalFast)
 	loopOps  atomic.Int64        // commands the event loops started (loop.go)
@@ -78,10 +79,15 @@ func newAdvisory(b *Backend) *advisory {
 			a.expire(k, e)
 		}
 	}
-	for i := range b.cfg.Holders {
-		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", b.instance, i), wake: make(chan struct{}, 1), check: make(chan struct{}, 1)})
-	}
+	a.addHolders(b.cfg.Holders)
 	return a
+}
+
+// addHolders adds holders up to n (before start runs them).
+func (a *advisory) addHolders(n int) {
+	for i := len(a.holders); i < n; i++ {
+		a.holders = append(a.holders, &holder{a: a, idx: i, name: fmt.Sprintf("%s/%d", a.b.instance, i), wake: make(chan struct{}, 1), check: make(chan struct{}, 1)})
+	}
 }
 
 // The advisory strategy's lease table is UNLOGGED: its rows only mean
@@ -99,6 +105,10 @@ func (a *advisory) extraDDL() []string {
 // reaper of stale rows, and returns once every holder session is up.
 func (a *advisory) start(ctx context.Context) error {
 	b := a.b
+	if err := a.readCapacity(ctx, int64(b.cfg.AdvisoryLocks)); err != nil {
+		return err
+	}
+	a.addHolders(a.cap.holders(len(a.holders)))
 	r, err := newRouter(ctx, a)
 	if err != nil {
 		return err
@@ -154,6 +164,7 @@ func (a *advisory) acquire(ctx context.Context, k dbKey, token []byte, o backend
 		return res, done, nil
 	}
 	if err := a.cover(ctx, g.q.dl); err != nil {
+		a.unreserve(1)
 		return backend.SetResult{}, true, err
 	}
 	g.h.submit(g.q)
@@ -170,7 +181,9 @@ type acquiring struct {
 
 // acquireStart is acquire's first half, under st.mu: the statement to
 // submit for holder hd, or (nil) its answer without one (done false: the
-// general path's).
+// general path's, which answers OOM when the instance holds its limit of
+// advisory locks). A statement returned has room reserved for its lock
+// (acquireEnd, or its caller when it is not sent, gives it back).
 func (a *advisory) acquireStart(st *stripe, k dbKey, token []byte, o backend.SetOptions, hd *backend.Holder) (*acquiring, backend.SetResult, bool) {
 	now := wallNow()
 	var deadline int64
@@ -193,6 +206,9 @@ func (a *advisory) acquireStart(st *stripe, k dbKey, token []byte, o backend.Set
 		}
 		a.drop(st, k, e)
 	}
+	if a.reserve(1, false) != nil {
+		return nil, backend.SetResult{}, false
+	}
 	q := &query{kind: qAcquire, k: k, token: token, dl: deadline, deferred: a.deferrable(deadline, now.UnixMilli()), grant: backend.Grant{At: now.UnixMilli(), Holder: hd}}
 	return &acquiring{q: q, h: a.holderOf(k), now: now.UnixMilli()}, backend.SetResult{}, true
 }
@@ -201,6 +217,7 @@ func (a *advisory) acquireStart(st *stripe, k dbKey, token []byte, o backend.Set
 // ran (err: it failed).
 func (a *advisory) acquireEnd(st *stripe, g *acquiring, err error) (backend.SetResult, error) {
 	q := g.q
+	a.unreserve(1) // counted on its session by now, if taken
 	if err != nil {
 		return backend.SetResult{}, tryAgain(err)
 	}
@@ -273,21 +290,31 @@ func (a *advisory) prepareOnce(ctx context.Context, keys []dbKey) (tx, error) {
 	if len(need) == 0 {
 		return t, nil
 	}
+	if err := a.reserve(len(need), true); err != nil {
+		return nil, err
+	}
+	defer a.unreserve(len(need)) // counted on their sessions once taken
 	qs := make([]*query, 2*len(need))
 	got := make([]bool, len(need))
 	ids := make([]int64, len(need))
 	fences := make([]*int64, len(need))
 	for i, k := range need {
+		h := a.holderOf(k)
 		qs[2*i] = &query{sql: `SELECT pg_try_advisory_lock(hashtextextended($1::text, $2::int::bigint)), hashtextextended($1::text, $2::int::bigint)`,
 			args: []any{hashText(k.key), k.db}, locks: true,
-			scan: func(r pgx.Row) error { return r.Scan(&got[i], &ids[i]) }}
+			scan: func(r pgx.Row) error {
+				err := r.Scan(&got[i], &ids[i])
+				if err == nil && got[i] {
+					h.lockTaken(h.gen.Load(), 1) // on the holder goroutine, its session's (a failed batch ends it)
+				}
+				return err
+			}}
 		// The fences are read by the next statement on the same session,
 		// whose snapshot is newer than the lock (deferred.go): a fence row,
 		// or a session that ended with row-less locks.
 		qs[2*i+1] = &query{sql: `SELECT GREATEST((SELECT f.deadline_ms FROM ` + a.b.table + ` f WHERE f.db = $1 AND f.key = $2 AND ` + fencedBy("f") + `), ` + a.deadUntilSQL() + `)`,
 			args: []any{k.db, []byte(k.key)},
 			scan: func(r pgx.Row) error { return r.Scan(&fences[i]) }}
-		h := a.holderOf(k)
 		h.submit(qs[2*i])
 		h.submit(qs[2*i+1])
 	}
@@ -384,6 +411,10 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 			latest = s.deadline
 		}
 	}
+	if err := t.a.overLimit(len(t.fresh), t.begins(after)); err != nil {
+		t.rollback()
+		return err
+	}
 	if err := t.a.cover(ctx, latest); err != nil {
 		t.rollback()
 		return err
@@ -454,6 +485,17 @@ func (t *advTx) commit(ctx context.Context, after map[dbKey]state) error {
 	t.unlock(unlock)
 	t.fresh = nil
 	return err
+}
+
+// begins counts the keys this operation locked that become leases.
+func (t *advTx) begins(after map[dbKey]state) int {
+	n := 0
+	for _, k := range t.fresh {
+		if after[k].present && !t.fenced[k] {
+			n++
+		}
+	}
+	return n
 }
 
 func qsOf[T any](xs []T, f func(T) *query) []*query {

@@ -29,8 +29,9 @@ import (
 // sessionLeases counts, per database, the leases one holder session
 // granted (with a row or deferred) that have not ended.
 type sessionLeases struct {
-	gen uint64 // the session's generation (holder.gen)
-	n   [backend.Databases]atomic.Int64
+	gen   uint64 // the session's generation (holder.gen)
+	n     [backend.Databases]atomic.Int64
+	locks atomic.Int64 // the advisory locks the session holds, for a lease or one operation (capacity.go)
 }
 
 // counted adds one to the count of h's session gen, for a lease it

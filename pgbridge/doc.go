@@ -30,6 +30,10 @@
 //   - Every grant's fencing token, read by LOCKPROXY FENCE, comes from a
 //     sequence, greater than every earlier one of its key across instances
 //     and PostgreSQL's restarts (fencing.go).
+//   - Advisory: the instance holds at most its limit of advisory locks
+//     (3/4 of PostgreSQL's lock table, read at start: capacity.go); a
+//     command that needs one more answers OOM alone, and no holder session
+//     is lost to a full lock table of lockproxy's making.
 //   - A client's context never reaches a holder connection; exclusion on a
 //     shared holder session comes from this package's lease state, not
 //     from PostgreSQL alone.

@@ -513,6 +513,9 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 	}
 	if first == nil && len(rel) > 0 {
 		first = h.unlockAfter(ctx, conn, rel)
+		if first == nil {
+			h.lockTaken(gen, -int64(len(rel)))
+		}
 	}
 	if first == nil && len(acq) > 0 {
 		if raise != 0 {
@@ -524,6 +527,7 @@ func (h *holder) runBatch(conn *pgx.Conn, gen uint64, batch []*query) error {
 				continue
 			}
 			h.counted(q.k.db, gen)
+			h.lockTaken(gen, 1)
 			if q.deferred {
 				q.rowless = h.rowless.Load()
 				q.rowless.Add(1) // before the acquire hears of it, and before the next batch

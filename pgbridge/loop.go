@@ -54,6 +54,9 @@ func (al *advLoop) StartSet(hd *backend.Holder, db int, key string, token []byte
 	}
 	g, res, ok := a.acquireStart(st, k, token, o, hd)
 	if g == nil || !a.covered(g.q.dl) {
+		if g != nil {
+			a.unreserve(1)
+		}
 		st.mu.Unlock()
 		if !ok || g != nil {
 			return false

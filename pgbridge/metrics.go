@@ -27,13 +27,19 @@ var (
 		[]string{"direction"}, nil)
 	descWait = prometheus.NewDesc("lockproxy_postgres_restart_wait_seconds",
 		"How long this instance still grants no lock after a restart of PostgreSQL, until the leases granted before it have ended (advisory strategy); 0 when it grants them.", nil, nil)
+	descAdvisory = prometheus.NewDesc("lockproxy_postgres_advisory_locks",
+		"Advisory locks this instance's holder sessions hold (advisory strategy): each is an entry of PostgreSQL's shared lock table.", nil, nil)
+	descAdvisoryLimit = prometheus.NewDesc("lockproxy_postgres_advisory_locks_limit",
+		"Advisory locks this instance holds at most (postgres-advisory-locks, at most 3/4 of PostgreSQL's lock table); a command that would take one more answers OOM.", nil, nil)
+	descLockTable = prometheus.NewDesc("lockproxy_postgres_lock_table_size",
+		"PostgreSQL's shared lock table as read at start: max_locks_per_transaction × (max_connections + max_prepared_transactions).", nil, nil)
 	descPool = prometheus.NewDesc("lockproxy_postgres_pool_connections",
 		"Connections of the pool that serves reads, lease transactions and NOTIFY, by state.", []string{"state"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (b *Backend) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHoldersUp, descHolders, descLost, descLeases, descRouted, descWait, descPool} {
+	for _, d := range []*prometheus.Desc{descHoldersUp, descHolders, descLost, descLeases, descRouted, descWait, descPool, descAdvisory, descAdvisoryLimit, descLockTable} {
 		ch <- d
 	}
 }
@@ -55,6 +61,9 @@ func (a *advisory) collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(lost))
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(a.rows.Load()))
 	ch <- prometheus.MustNewConstMetric(descWait, prometheus.GaugeValue, a.waitLeft().Seconds())
+	ch <- prometheus.MustNewConstMetric(descAdvisory, prometheus.GaugeValue, float64(a.locksHeld()))
+	ch <- prometheus.MustNewConstMetric(descAdvisoryLimit, prometheus.GaugeValue, float64(a.cap.limit))
+	ch <- prometheus.MustNewConstMetric(descLockTable, prometheus.GaugeValue, float64(a.cap.table))
 	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(a.router.sent.Load()), "sent")
 	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(a.router.served.Load()), "served")
 }
@@ -108,7 +117,8 @@ func (b *Backend) InfoLines() []string {
 	return append(lines, b.store.infoLines()...)
 }
 
-// infoLines are the holder sessions, the routing and the restart wait.
+// infoLines are the holder sessions, the routing, the restart wait and
+// the advisory locks held against the limit (capacity.go).
 func (a *advisory) infoLines() []string {
 	up, lost := a.holderCounts()
 	return []string{
@@ -117,7 +127,10 @@ func (a *advisory) infoLines() []string {
 		"lockproxy_postgres_holder_sessions_lost:" + strconv.Itoa(lost),
 		"lockproxy_postgres_routed_sent:" + strconv.FormatInt(a.router.sent.Load(), 10),
 		"lockproxy_postgres_routed_served:" + strconv.FormatInt(a.router.served.Load(), 10),
-		"lockproxy_postgres_restart_wait_ms:" + strconv.FormatInt(a.waitLeft().Milliseconds(), 10)}
+		"lockproxy_postgres_restart_wait_ms:" + strconv.FormatInt(a.waitLeft().Milliseconds(), 10),
+		"lockproxy_postgres_advisory_locks:" + strconv.FormatInt(a.locksHeld(), 10),
+		"lockproxy_postgres_advisory_locks_limit:" + strconv.FormatInt(a.cap.limit, 10),
+		"lockproxy_postgres_lock_table_size:" + strconv.FormatInt(a.cap.table, 10)}
 }
 
 // holderCounts returns how many holder sessions are connected and how many

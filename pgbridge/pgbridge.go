@@ -46,7 +46,9 @@ type Config struct {
 	// Holders is the number of dedicated holder connections (advisory).
 	// Fewer holders make larger merged statements: at 50 clients on two
 	// cores, 2 did ~1.3x the lock cycles of 4 with a lower p99, and 1 was
-	// no worse than 2 but puts every lock on one session. default: 2
+	// no worse than 2 but puts every lock on one session. An instance whose
+	// advisory lock limit (AdvisoryLocks) is large has more: one per 10,000
+	// locks of it, at most 32 (capacity.go). default: 2
 	Holders int
 	// OpTimeout bounds one statement batch on a holder connection. A batch
 	// that takes longer closes that connection, which releases its locks:
@@ -58,6 +60,12 @@ type Config struct {
 	// Every instance answers the same whatever it is. 0 writes every row
 	// at once; lockproxy's default is 200ms. default: 0
 	LeaseRowDelay time.Duration
+	// AdvisoryLocks (advisory) is how many advisory locks this instance
+	// holds at most: a command that would take one more answers OOM. It may
+	// be at most 3/4 of PostgreSQL's lock table, max_locks_per_transaction ×
+	// (max_connections + max_prepared_transactions), read at start; New
+	// fails when it is more (capacity.go). default: 0, that 3/4
+	AdvisoryLocks int
 	// ReapInterval is how often lease rows that mean nothing any more are
 	// deleted: expired ones (lease) and those whose holder session is gone
 	// (advisory). default: 10s

@@ -99,6 +99,7 @@ type postgresPanel struct {
 	PoolAcquired, PoolIdle float64
 	PoolTotal              float64
 	RestartWait            time.Duration
+	AdvisoryLocks, Limit   float64 // advisory locks held, and the most this instance holds
 }
 
 type migrationPanel struct {
@@ -247,6 +248,7 @@ func postgresStatus(g gathered, b backend.Backend) *postgresPanel {
 		p.Holders, p.HoldersUp = g.value("lockproxy_postgres_holders", ""), g.value("lockproxy_postgres_holders_up", "")
 		p.SessionsLost, p.Leases = g.value("lockproxy_postgres_holder_sessions_lost_total", ""), g.value("lockproxy_postgres_leases_held", "")
 		p.RestartWait = seconds(g.value("lockproxy_postgres_restart_wait_seconds", "")).Round(time.Second)
+		p.AdvisoryLocks, p.Limit = g.value("lockproxy_postgres_advisory_locks", ""), g.value("lockproxy_postgres_advisory_locks_limit", "")
 	}
 	return p
 }

@@ -31,6 +31,7 @@ type Config struct {
 	PostgresStrategy string   `yaml:"postgres-strategy"`
 	PostgresSchema   string   `yaml:"postgres-schema"`
 	PostgresRowDelay string   `yaml:"postgres-lease-row-delay"`
+	PostgresAdvLocks int      `yaml:"postgres-advisory-locks"`
 	AdminListen      string   `yaml:"admin-listen"`
 	RequirePass      string   `yaml:"requirepass"`
 	Users            userList `yaml:"users"`
@@ -297,6 +298,9 @@ func (c Config) validateLimits(add func(key, problem, fix string)) {
 	}
 	if d, err := parseDuration(c.QuorumMaxTTL); err != nil || d < 0 {
 		add("quorum-max-ttl", fmt.Sprintf("%q is not a duration of 0 or more", c.QuorumMaxTTL), "e.g. 5m, or 0s for no limit")
+	}
+	if c.PostgresAdvLocks < 0 {
+		add("postgres-advisory-locks", fmt.Sprintf("%d is negative", c.PostgresAdvLocks), "e.g. 0, for 3/4 of PostgreSQL's lock table")
 	}
 	if d, err := parseDuration(c.PostgresRowDelay); err != nil || d < 0 {
 		add("postgres-lease-row-delay", fmt.Sprintf("%q is not a duration of 0 or more", c.PostgresRowDelay), "e.g. 200ms, or 0s to write every lease row at once")

@@ -86,6 +86,7 @@ func fields(c *Config) []field {
 		str("postgres-strategy", "advisory or lease", &c.PostgresStrategy),
 		str("postgres-schema", "schema of the lease table (created if missing)", &c.PostgresSchema),
 		str("postgres-lease-row-delay", "advisory: write a lock's lease row only once it is held this long; 0s writes it at once", &c.PostgresRowDelay),
+		integer("postgres-advisory-locks", "advisory: the most advisory locks this instance holds (a command needing one more answers OOM); 0 is 3/4 of PostgreSQL's lock table, and more fails at start", &c.PostgresAdvLocks),
 		str("admin-listen", "HTTP admin address (/metrics, /healthz, /readyz); empty disables", &c.AdminListen),
 		str("requirepass", "password clients must AUTH with", &c.RequirePass),
 		usersField(c),

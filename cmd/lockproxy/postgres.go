@@ -21,7 +21,8 @@ func newPostgres(cfg Config, runner *luascripts.Runner, log *slog.Logger) (backe
 	defer cancel()
 	delay, _ := parseDuration(cfg.PostgresRowDelay) // validated
 	b, err := pgbridge.New(ctx, pgbridge.Config{DSN: cfg.PostgresDSN, Strategy: cfg.PostgresStrategy,
-		Schema: cfg.PostgresSchema, LeaseRowDelay: delay, Runner: runner, Logger: log})
+		Schema: cfg.PostgresSchema, LeaseRowDelay: delay, AdvisoryLocks: cfg.PostgresAdvLocks,
+		Runner: runner, Logger: log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres-dsn %s: %w", maskDSN(cfg.PostgresDSN), err)
 	}

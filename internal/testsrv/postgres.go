@@ -113,9 +113,21 @@ func StartPostgresTLS(t testing.TB, f *TLSFiles) *Postgres {
 	return startOwn(t, f)
 }
 
-func startOwn(t testing.TB, f *TLSFiles) *Postgres {
+// StartPostgresWith starts a cluster of the test's own with more server
+// settings (name=value, e.g. max_locks_per_transaction=10), for tests
+// that need a configuration other than the default.
+func StartPostgresWith(t testing.TB, settings ...string) *Postgres {
 	t.Helper()
-	p, err := startPostgres(pgBin(t), f)
+	var args []string
+	for _, s := range settings {
+		args = append(args, "-c", s)
+	}
+	return startOwn(t, nil, args...)
+}
+
+func startOwn(t testing.TB, f *TLSFiles, extra ...string) *Postgres {
+	t.Helper()
+	p, err := startPostgres(pgBin(t), f, extra...)
 	if err != nil {
 		t.Fatalf("start PostgreSQL: %v", err)
 	}
@@ -146,12 +158,12 @@ func pgMajor(path string) int {
 // startPostgres runs initdb into a new directory and starts the server on a
 // free loopback port. initdb refuses to run as root, so as root the cluster
 // belongs to the postgres user.
-func startPostgres(bin string, tlsFiles *TLSFiles) (*Postgres, error) {
+func startPostgres(bin string, tlsFiles *TLSFiles, extra ...string) (*Postgres, error) {
 	dir, err := os.MkdirTemp("", "lockproxy-pg-")
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{bin: bin, dir: dir}
+	p := &Postgres{bin: bin, dir: dir, extra: extra}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -188,8 +200,8 @@ func startPostgres(bin string, tlsFiles *TLSFiles) (*Postgres, error) {
 				return nil, err
 			}
 		}
-		p.extra = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + filepath.Join(dir, "server.crt"),
-			"-c", "ssl_key_file=" + filepath.Join(dir, "server.key")}
+		p.extra = append(p.extra, "-c", "ssl=on", "-c", "ssl_cert_file="+filepath.Join(dir, "server.crt"),
+			"-c", "ssl_key_file="+filepath.Join(dir, "server.key"))
 	}
 	var lastErr error
 	for range startAttempts {
