@@ -102,7 +102,7 @@ func rueidisLock(t *testing.T, addrA, addrB string) {
 		}
 		close(got)
 	}()
-	time.Sleep(200 * time.Millisecond) // the waiter is asleep
+	time.Sleep(200 * time.Millisecond) // the waiter is asleep: rueidislock shows no event of it
 	released := time.Now()
 	release()
 	select {
@@ -133,7 +133,7 @@ func rueidisLock(t *testing.T, addrA, addrB string) {
 					return
 				}
 				n := count
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // a holder's work
 				if lctx.Err() == nil {
 					count = n + 1
 				}
