@@ -38,7 +38,7 @@ func TestExpiryExact(t *testing.T) {
 		if ms, _ := b.PTTL(ctx, 0, "k"); ms != 1 {
 			t.Errorf("PTTL 1ms before the deadline = %d; want 1", ms)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // fake clock: the deadline passes
 		if _, ok, _ := b.Get(ctx, 0, "k"); ok {
 			t.Error("key alive at its deadline")
 		}

@@ -43,7 +43,7 @@ func TestChurnBounded(t *testing.T) {
 				key := "lock:" + strconv.Itoa(sec) + ":" + strconv.Itoa(i)
 				b.Set(t.Context(), 0, key, []byte("tok"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: time.Second}})
 			}
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // fake clock: a second of churn passes
 			if n := b.stored(); n > 2*perSecond {
 				t.Fatalf("second %d: %d keys stored, %d live at most; the reaper falls behind", sec, n, perSecond)
 			}
@@ -58,7 +58,7 @@ func TestChurnBounded(t *testing.T) {
 				}
 			}
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // fake clock: every TTL passes
 		if n := b.stored(); n != 0 {
 			t.Errorf("%d keys still stored 2s after all expired; want the reaper to have reclaimed them", n)
 		}
@@ -77,7 +77,7 @@ func TestShrinkAfterPeak(t *testing.T) {
 			b.Set(t.Context(), 2, "burst:"+strconv.Itoa(i), []byte("tok"), backend.SetOptions{Expiry: backend.Expiry{TTL: time.Second}})
 		}
 		peak := heapAlloc()
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // fake clock: every TTL passes
 		after := heapAlloc()
 		t.Logf("heap: base %d KiB, %d locks %d KiB, after they expired %d KiB", base>>10, n, peak>>10, after>>10)
 		if after > base+(peak-base)/8 {
@@ -146,7 +146,7 @@ func TestLockCounts(t *testing.T) {
 		if ok, _ := b.DelIf(ctx, 5, "released", backend.IfEqual, []byte("tok")); !ok {
 			t.Fatal("release refused")
 		}
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // fake clock: the TTL passes
 		if n, e := b.HeldLocks(), b.ExpiredLocks(); n != 1 || e != 0 {
 			t.Fatalf("after the TTL: HeldLocks = %d, ExpiredLocks = %d; want 1 (unreaped keys are not held), 0 (none reclaimed yet)", n, e)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/migrate"
 	"github.com/lockproxy/lockproxy/proxy"
@@ -329,17 +330,10 @@ func TestMigrateDirectClients(t *testing.T) {
 	r.legacy.Close() // the rig's own direct client must not count
 	await := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		wait.Until(t, "lockproxy_migration_legacy_clients = "+want, func() (bool, any) {
 			got := infoField(ctx, r.c, "lockproxy_migration_legacy_clients")
-			if got == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("lockproxy_migration_legacy_clients = %s; want %s", got, want)
-			}
-			time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-		}
+			return got == want, got
+		})
 	}
 	// lockproxy's own connections (made by traffic through it) do not count.
 	r.c.SetNX(ctx, "k", "v", time.Minute)
@@ -625,15 +619,11 @@ func TestMigratePubSubBridge(t *testing.T) {
 	// bridge, on its own connection) hears it.
 	publish := func(msg string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			if n, _ := r.legacy.Publish(ctx, "wake", msg).Result(); n > 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no bridge subscribed on the legacy Redis to hear %q", msg)
-			}
-			time.Sleep(20 * time.Millisecond) // the bridge's subscription, or its backoff
-		}
+		// The bridge subscribes on its own, or after its backoff.
+		wait.For(t, "a bridge subscribed on the legacy Redis to hear "+msg, func() bool {
+			n, _ := r.legacy.Publish(ctx, "wake", msg).Result()
+			return n > 0
+		})
 	}
 	publish("direct")
 	expect("a PUBLISH on the legacy Redis", "direct")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/memory"
 )
 
@@ -44,16 +45,10 @@ func TestLoopsLingerStall(t *testing.T) {
 	cmd := fmt.Sprintf("*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", len(v), v)
 	const n = 30
 	go io.WriteString(c, strings.Repeat(cmd, n)+"QUIT\r\n")
-	for s.clientCount() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.clientCount() > 0 { // the server forgets the client once it closed it
-		if time.Now().After(deadline) {
-			t.Fatal("the connection of a client that reads nothing was kept after QUIT")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, "the server to take the client", func() bool { return s.clientCount() > 0 })
+	// The server forgets the client once it closed it.
+	wait.For(t, "the server to close, after QUIT, the connection of a client that reads nothing",
+		func() bool { return s.clientCount() == 0 })
 	got, err := io.Copy(io.Discard, c)
 	if err != nil {
 		t.Fatalf("read after the close: %v", err)

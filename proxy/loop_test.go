@@ -142,9 +142,13 @@ func TestFrontEndsShutdownWaitsForRunningCommand(t *testing.T) {
 			c.send("GET slow\r\n")
 			<-entered
 			c.Close()
+			// No event says the server read the close while the command
+			// runs, nor that Shutdown is waiting: these pauses are the window
+			// in which a Shutdown that does not wait would return (shorter
+			// ones only let the bug pass, never fail a correct server).
 			time.Sleep(100 * time.Millisecond) // the server sees the close
 			go func() {
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond) // the command's length
 				close(release)
 			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -25,12 +26,11 @@ func BenchmarkLoopCycle(b *testing.B) {
 	release := redis.NewScript(releaseSrc)
 	release.Load(ctx, c)
 	// Warm up until both commands run on the loop.
-	deadline := time.Now().Add(5 * time.Second)
-	for qb.LoopOps() < 10 && time.Now().Before(deadline) {
+	wait.Poll(5*time.Second, func() bool {
 		c.SetNX(ctx, "warm", "x", 10*time.Second)
 		release.Run(ctx, c, []string{"warm"}, "x")
-		time.Sleep(5 * time.Millisecond)
-	}
+		return qb.LoopOps() >= 10
+	})
 	var next atomic.Int64
 	n := int64(b.N)
 	b.ResetTimer()
@@ -66,12 +66,11 @@ func BenchmarkLoopScriptCycle(b *testing.B) {
 	release := redis.NewScript(releaseSrc)
 	acq.Load(ctx, c)
 	release.Load(ctx, c)
-	deadline := time.Now().Add(5 * time.Second)
-	for qb.LoopOps() < 10 && time.Now().Before(deadline) {
+	wait.Poll(5*time.Second, func() bool {
 		acq.Run(ctx, c, []string{"warm"}, "x", 10000)
 		release.Run(ctx, c, []string{"warm"}, "x")
-		time.Sleep(5 * time.Millisecond)
-	}
+		return qb.LoopOps() >= 10
+	})
 	var next atomic.Int64
 	n := int64(b.N)
 	b.ResetTimer()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/quorum"
 )
@@ -119,18 +120,13 @@ func TestLoopAcquireRelease(t *testing.T) {
 // connections are up).
 func waitLoopReady(t *testing.T, c *redis.Client, b *quorum.Backend) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for i := 0; ; i++ {
+	i := 0
+	wait.For(t, "the loop path to take an acquire (its node connections set up)", func() bool {
+		i++
 		before := b.LoopOps()
 		c.SetNX(t.Context(), fmt.Sprintf("ready%d", i), "x", time.Second)
-		if b.LoopOps() > before {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the loop path never took an acquire")
-		}
-		time.Sleep(5 * time.Millisecond) // polling for a connection set up off the loop
-	}
+		return b.LoopOps() > before
+	})
 }
 
 // GET, PTTL and TTL are majority reads on the loop: the token two of
@@ -239,16 +235,8 @@ func TestLoopScriptUndoPartial(t *testing.T) {
 // another connection than d's) to reach the node.
 func waitGone(t *testing.T, d *redis.Client, key string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		n, err := d.Exists(t.Context(), key).Result()
-		if err == nil && n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still on the node that granted it: the partial acquire was not undone", key)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !testsrv.Settled(func() bool { n, err := d.Exists(t.Context(), key).Result(); return err == nil && n == 0 }) {
+		t.Fatalf("%s still on the node that granted it: the partial acquire was not undone", key)
 	}
 }
 
@@ -283,35 +271,28 @@ func TestLoopNoScriptFallback(t *testing.T) {
 	// restart below then costs no quarantine, and the restarted node
 	// votes). A script's first call classifies it as a blocking call (no
 	// Lua runs on a loop); later calls of a release are the loop's.
-	deadline := time.Now().Add(5 * time.Second)
-	for before := b.LoopOps(); b.LoopOps() == before; {
+	before := b.LoopOps()
+	wait.For(t, "the loop path to take a script", func() bool {
 		if err := c.EvalSha(ctx, sha, []string{"lock"}, "tok").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the loop path never took a script")
-		}
-		time.Sleep(5 * time.Millisecond) // polling for a connection set up off the loop
-	}
+		return b.LoopOps() != before
+	})
 
 	nodes[0].Restart()
 	direct[1].ScriptFlush(ctx)
 	// Until the loop's connection to the restarted node is set up again,
 	// that node fails; wait for it (as many connections as node 2 has:
 	// quorum's own loops' and the front end's loop's).
-	deadline = time.Now().Add(5 * time.Second)
-	for {
+	wait.Until(t, "the proxy to reconnect to the restarted node", func() (bool, any) {
 		cl, _ := direct[0].ClientList(ctx).Result()
 		want, _ := direct[2].ClientList(ctx).Result()
 		if n := strings.Count(cl, "name=lockproxy"); n > 0 && n >= strings.Count(want, "name=lockproxy") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the proxy did not reconnect to the restarted node: %s", cl)
+			return true, cl
 		}
 		c.Eval(ctx, "return 1", nil) // the loop hears of the break when it uses the connection
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false, cl
+	})
 	// The loop's own connection to node 0 may still be between attempts
 	// (a dial refused while the node restarted): then its call fails at
 	// once and node 0 keeps the key, which is not what this test is
@@ -326,8 +307,7 @@ func TestLoopNoScriptFallback(t *testing.T) {
 		}
 		return on
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	wait.Until(t, "EVALSHA's NOSCRIPT to be followed by EVAL on every node", func() (bool, any) {
 		direct[0].ScriptFlush(ctx)
 		direct[1].ScriptFlush(ctx)
 		for _, d := range direct {
@@ -341,14 +321,8 @@ func TestLoopNoScriptFallback(t *testing.T) {
 		})
 		// A node whose NOSCRIPT comes after the other two agreed runs the
 		// script by EVAL then, moments after the reply.
-		if testsrv.Settled(func() bool { return len(held()) == 0 }) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes %v still hold the lock: EVALSHA's NOSCRIPT was not followed by EVAL", held())
-		}
-		time.Sleep(50 * time.Millisecond) // the loop's next dial attempt
-	}
+		return testsrv.Settled(func() bool { return len(held()) == 0 }), fmt.Sprintf("nodes %v holding the lock", held())
+	})
 }
 
 // Under load from many clients on few keys, nodes are paused (SIGSTOP)
@@ -478,17 +452,10 @@ func loopFaultsUnderLoad(t *testing.T, by string) {
 	}
 	// After the pause, the connections to the paused nodes were replaced
 	// (overdue replies) and the loop path works with the two live nodes.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.Until(t, "SET NX to be granted once the paused nodes are reconnected", func() (bool, any) {
 		ok, err := acquire(ctx, c, "after", "t", ttl)
-		if ok && err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("SET NX after the faults = %v, %v; want OK once the paused nodes are reconnected", ok, err)
-		}
-		time.Sleep(10 * time.Millisecond) // the reconnection backs off up to a second
-	}
+		return ok && err == nil, fmt.Sprintf("SET NX = %v, %v", ok, err)
+	})
 }
 
 // A client that shuts down its writing half while its acquire runs on the
@@ -619,8 +586,9 @@ func TestLoopEnrolledNeverOpened(t *testing.T) {
 	// The failed dial is followed by another after a backoff: poll until
 	// an acquire on the loop reaches all three nodes.
 	direct := directClients(t, nodes)
-	deadline := time.Now().Add(5 * time.Second)
-	for i := 0; ; i++ {
+	i := -1
+	wait.Until(t, "an acquire on the loop to reach all 3 nodes (the dropped connection set up again)", func() (bool, any) {
+		i++
 		key := fmt.Sprintf("k%d", i)
 		onLoops(t, b, 1, func() {
 			if ok, err := acquire(ctx, c, key, "t", 10*time.Second); !ok || err != nil {
@@ -633,14 +601,8 @@ func TestLoopEnrolledNeverOpened(t *testing.T) {
 				held++
 			}
 		}
-		if held == 3 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s is on %d nodes; want 3 (the dropped connection was not set up again)", key, held)
-		}
-		time.Sleep(5 * time.Millisecond) // polling for a connection set up off the loop
-	}
+		return held == 3, fmt.Sprintf("%s on %d nodes", key, held)
+	})
 }
 
 // A lock script sent by EVAL whose source the proxy has not seen is
@@ -692,7 +654,18 @@ func TestLoopScriptAgreedKeepsAgreeingNodes(t *testing.T) {
 			t.Fatalf("reentrant acquire = %d, %v; want 1", n, err)
 		}
 	})
-	time.Sleep(100 * time.Millisecond) // an undo would go out before the reply, over the loop's own connection: give it time to land
+	// An undo would go out before the reply, over the loop's own
+	// connections; an acquire sent after it over the same connections
+	// reaches each node after it, so once every node holds the barrier, any
+	// undo has landed.
+	onLoops(t, b, 1, func() {
+		if ok, err := acquire(ctx, c, "barrier", "t", 10*time.Second); !ok || err != nil {
+			t.Fatalf("SET barrier NX = %v, %v; want OK", ok, err)
+		}
+	})
+	for i, d := range direct {
+		wait.For(t, fmt.Sprintf("node %d to hold the barrier", i), func() bool { return d.Get(ctx, "barrier").Val() == "t" })
+	}
 	for i, want := range []string{"mine", "mine", "other"} {
 		if got, _ := direct[i].Get(ctx, "k").Result(); got != want {
 			t.Errorf("node %d holds %q; want %q", i, got, want)

@@ -3,12 +3,15 @@ package quorum_test
 import (
 	"fmt"
 	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -23,10 +26,11 @@ type gate struct {
 }
 
 type gatedConn struct {
-	mu   sync.Mutex
-	held bool
-	buf  []byte
-	up   net.Conn
+	mu      sync.Mutex
+	held    bool
+	buf     []byte
+	up      net.Conn
+	replied atomic.Int64 // bytes the node sent back: it read what came before
 }
 
 func startGate(t *testing.T, target string) *gate {
@@ -62,6 +66,7 @@ func startGate(t *testing.T, target string) *gate {
 				n, err := u.Read(buf)
 				if n > 0 {
 					c.Write(buf[:n])
+					gc.replied.Add(int64(n))
 				}
 				if err != nil {
 					return
@@ -76,6 +81,33 @@ func (g *gate) count() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.conns)
+}
+
+// holding reports whether a held connection from..to-1 keeps back bytes
+// containing s.
+func (g *gate) holding(from, to int, s string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, gc := range g.conns[from:to] {
+		gc.mu.Lock()
+		found := gc.held && strings.Contains(string(gc.buf), s)
+		gc.mu.Unlock()
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// replied is how many bytes the node sent back on connections from..to-1.
+func (g *gate) replied(from, to int) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var n int64
+	for _, gc := range g.conns[from:to] {
+		n += gc.replied.Load()
+	}
+	return n
 }
 
 // set holds (or opens) the connections from..to-1 (to < 0: every one).
@@ -133,9 +165,10 @@ func TestLateWritesAreNotVotes(t *testing.T) {
 
 	xx := make(chan error, 1)
 	go func() { xx <- cA.Do(ctx, "set", "k", "1", "xx", "px", "30000").Err() }() // the blocking path: the own loops' connections
-	time.Sleep(100 * time.Millisecond)
+	wait.For(t, "the XX held back from node 2", func() bool { return g2.holding(0, own, "xx") })
+	before := g2.replied(own, onA)
 	g2.set(own, onA, false) // node 2 reads loop A's refused acquire
-	time.Sleep(100 * time.Millisecond)
+	wait.For(t, "node 2's reply to loop A's refused acquire", func() bool { return g2.replied(own, onA) > before })
 	g2.set(0, own, false) // and then the XX
 	xxErr := <-xx
 	g0.set(0, -1, false)
@@ -199,20 +232,13 @@ func TestSeveralKeysWaitTheirTurn(t *testing.T) {
 
 	want := fmt.Sprint(map[string]string{"mode": "read"}, " r1")
 	direct := directClients(t, nodes)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.Until(t, fmt.Sprintf("%q on each node, no repair pending (every node runs both steps, in order)", want), func() (bool, any) {
 		var got []string
 		for _, d := range direct {
 			h, _ := d.HGetAll(ctx, keys[0]).Result()
 			v, _ := d.Get(ctx, keys[1]).Result()
 			got = append(got, fmt.Sprint(h, " ", v))
 		}
-		if got[0] == want && got[1] == want && got[2] == want && b.RepairsPending() == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the nodes hold %q; want %q on each (every node runs both steps, in order)", got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got[0] == want && got[1] == want && got[2] == want && b.RepairsPending() == 0, got
+	})
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -28,14 +30,21 @@ func TestRestartedNodeQuarantinedBeforeItVotes(t *testing.T) {
 	defer c2.Close()
 	c2.Del(ctx, "k")   // node 2 never got X's key (it missed the SET): X holds on nodes 0,1
 	nodes[0].Restart() // no persistence: forgets X's key
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
+	// Y tries from the restart until node 0 is seen quarantined, and once
+	// more after: before the monitor's check, only the new connection
+	// quarantines it, and until then Y wins nodes 0 and 2.
+	tryY := func() {
 		r, err := b.Set(ctx, 0, "k", []byte("Y"), acq(30*time.Second))
 		if err == nil && r.Written {
 			t.Fatalf("Y acquired %q while X still holds it (restarted node voted before quarantine)", "k")
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	wait.Until(t, "node 0 quarantined after its restart", func() (bool, any) {
+		tryY()
+		q := b.Quarantined()
+		return slices.Contains(q, nodes[0].Addr), q
+	})
+	tryY()
 }
 
 type blockConn struct {
@@ -73,6 +82,9 @@ func TestCloseWhileConnecting(t *testing.T) {
 	<-d.blocked
 	closed := make(chan struct{})
 	go func() { b.Close(context.Background()); close(closed) }()
+	// No event says Close reached its wait for the loops; the pause gives
+	// it the time to (releasing earlier only makes the test pass more
+	// easily, never fail wrongly).
 	time.Sleep(300 * time.Millisecond)
 	close(d.release)
 	select {
@@ -126,11 +138,12 @@ func TestUndoRetryKeepsItsRedo(t *testing.T) {
 	if err != nil || r.Written {
 		t.Fatalf("acquire: %v %v; want nil", r, err)
 	}
-	time.Sleep(time.Second) // the connection reconnects and sends its redo list
-	time.Sleep(2 * time.Second)
-	if v, _ := direct[0].Get(ctx, "k").Result(); v == "mine" {
-		t.Fatal("node 0 still holds the undone acquisition: the undo's EVAL retry carried no undo record")
-	}
+	// The connection reconnects and sends its redo list: node 0 lets go.
+	wait.For(t, "node 0 to let go of the undone acquisition (the undo's EVAL retry must carry its undo record)",
+		func() bool {
+			v, err := direct[0].Get(ctx, "k").Result()
+			return err == redis.Nil || err == nil && v != "mine"
+		})
 }
 
 // TestRefusalLeavesQuarantinedNodeAlone: a node quarantined after a

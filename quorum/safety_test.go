@@ -2,6 +2,7 @@ package quorum_test
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -88,13 +90,9 @@ func TestRestartLoggedOnce(t *testing.T) {
 	nodes[0].Restart()
 	waitQuarantined(t, b, nodes[0].Addr)
 	b.Get(ctx, 0, "k") // the connection reconnects to node 0 and sees the new run_id too
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "quarantine ended") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no end of quarantine logged within 10s:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond) // polling the monitor
-	}
+	wait.Until(t, "the end of quarantine logged", func() (bool, any) {
+		return strings.Contains(logs.String(), "quarantine ended"), "log:\n" + logs.String()
+	})
 	if n := strings.Count(logs.String(), "quorum node restarted"); n != 1 {
 		t.Errorf("the restart was logged %d times; want once:\n%s", n, logs.String())
 	}
@@ -110,13 +108,9 @@ func TestUnreachableAndBackLogged(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	await := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(logs.String(), what) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q logged within 10s:\n%s", what, logs.String())
-			}
-			time.Sleep(10 * time.Millisecond) // polling the monitor
-		}
+		wait.Until(t, fmt.Sprintf("%q logged", what), func() (bool, any) {
+			return strings.Contains(logs.String(), what), "log:\n" + logs.String()
+		})
 	}
 	nodes[1].Stop()
 	await("quorum node unreachable")

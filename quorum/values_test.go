@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -84,7 +85,7 @@ func settledMembers(t *testing.T, direct []*redis.Client, key string, want ...st
 // pauseFor pauses nodes (SIGSTOP) for d from now, longer than the node
 // timeout and shorter than a connection's overdue grace, so that their
 // replies come late on the same connections.
-func pauseFor(t *testing.T, d time.Duration, nodes ...*testsrv.Redis) (wait func()) {
+func pauseFor(t *testing.T, d time.Duration, nodes ...*testsrv.Redis) (resumed func()) {
 	t.Helper()
 	for _, n := range nodes {
 		n.Stop()
@@ -147,12 +148,12 @@ func TestValuesFailedVoteRestored(t *testing.T) {
 		t.Fatalf("acquire = %v, %v; want 1", v, err)
 	}
 
-	wait := pauseFor(t, 3*testTimeout, nodes[1], nodes[2])
+	resumed := pauseFor(t, 3*testTimeout, nodes[1], nodes[2])
 	_, err := semAcquire(ctx, b, "sem", 1, "mine", 10*time.Second, now)
 	if !isTryAgainErr(err) {
 		t.Fatalf("acquire with two nodes of three paused = %v; want TRYAGAIN", err)
 	}
-	wait()
+	resumed()
 	settledMembers(t, direct, "sem")
 	for i, d := range direct {
 		if n, _ := d.Exists(ctx, "sem").Result(); n != 0 {
@@ -241,11 +242,11 @@ func TestValuesRetrySameMemberKeepsHolder(t *testing.T) {
 	if v, err := semAcquire(ctx, b, "sem", 2, "M", 10*time.Second, t1); err != nil || v.Int != 1 {
 		t.Fatalf("acquire = %v, %v; want 1", v, err)
 	}
-	wait := pauseFor(t, 3*testTimeout, nodes[1], nodes[2])
+	resumed := pauseFor(t, 3*testTimeout, nodes[1], nodes[2])
 	if _, err := semAcquire(ctx, b, "sem", 2, "M", 10*time.Second, t1+1000); !isTryAgainErr(err) {
 		t.Fatalf("retry with two nodes of three paused = %v; want TRYAGAIN", err)
 	}
-	wait()
+	resumed()
 	settledMembers(t, direct, "sem", "M")
 	for i, d := range direct {
 		var score float64
@@ -290,11 +291,11 @@ func TestValuesHashLockRestored(t *testing.T) {
 	if v, err := lock("r", "me"); err != nil || v.Kind != backend.KindNil {
 		t.Fatalf("acquire of a free hash lock = %v, %v; want nil (granted)", v, err)
 	}
-	wait := pauseFor(t, 3*testTimeout, nodes[1], nodes[2])
+	resumed := pauseFor(t, 3*testTimeout, nodes[1], nodes[2])
 	if _, err := lock("r", "me"); !isTryAgainErr(err) {
 		t.Fatalf("re-entry with two nodes of three paused = %v; want TRYAGAIN", err)
 	}
-	wait()
+	resumed()
 	for i, d := range direct {
 		var got string
 		if !testsrv.Settled(func() bool { got, _ = d.HGet(ctx, "r", "me").Result(); return got == "1" }) {
@@ -386,7 +387,7 @@ func TestValuesLostReplyRepaired(t *testing.T) {
 		t.Fatalf("acquire = %v, %v; want 1", v, err)
 	}
 	settledMembers(t, direct, "sem:warm", "w")
-	wait := pauseFor(t, 1500*time.Millisecond, nodes[2]) // past overdueGrace
+	resumed := pauseFor(t, 1500*time.Millisecond, nodes[2]) // past overdueGrace
 	if v, err := semAcquire(ctx, b, "sem", 1, "mine", 10*time.Second, now); err != nil || v.Int != 0 {
 		t.Fatalf("acquire where two nodes are full, the third paused = %v, %v; want 0", v, err)
 	}
@@ -397,14 +398,11 @@ func TestValuesLostReplyRepaired(t *testing.T) {
 	if d := time.Since(start); d >= testTimeout {
 		t.Errorf("ZREM with a node paused took %v; want less than the node timeout %v", d, testTimeout)
 	}
-	wait()
+	resumed()
 	for key, want := range map[string][]string{"sem:warm": nil} {
 		var got []string
-		deadline := time.Now().Add(10 * time.Second)
-		for got = members(t, direct[2], key); !slices.Equal(got, want) && time.Now().Before(deadline); got = members(t, direct[2], key) {
-			time.Sleep(20 * time.Millisecond) // polling the repair, which waits for the node's new connection
-		}
-		if !slices.Equal(got, want) {
+		// The repair waits for the node's new connection.
+		if !wait.Poll(10*time.Second, func() bool { got = members(t, direct[2], key); return slices.Equal(got, want) }) {
 			t.Errorf("node 2: %s holds %q; want %q (repaired to the others' value)", key, got, want)
 		}
 	}

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"sync"
 	"testing"
 	"time"
@@ -54,16 +55,13 @@ func TestRueidis(t *testing.T) {
 // would answer the old value for its minute).
 func waitCached(t *testing.T, c rueidis.Client, key, want string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		got, err := c.DoCache(t.Context(), c.B().Get().Key(key).Cache(), time.Minute).ToString()
-		if err == nil && got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cached GET %s = %q, %v; want %q: the invalidation never came", key, got, err, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var got string
+	var err error
+	if !wait.Poll(2*time.Second, func() bool {
+		got, err = c.DoCache(t.Context(), c.B().Get().Key(key).Cache(), time.Minute).ToString()
+		return err == nil && got == want
+	}) {
+		t.Fatalf("cached GET %s = %q, %v; want %q: the invalidation never came", key, got, err, want)
 	}
 }
 
@@ -104,7 +102,7 @@ func rueidisLock(t *testing.T, addrA, addrB string) {
 		}
 		close(got)
 	}()
-	time.Sleep(200 * time.Millisecond) // the waiter is asleep
+	time.Sleep(200 * time.Millisecond) // the waiter is asleep: rueidislock shows no event of it
 	released := time.Now()
 	release()
 	select {
@@ -135,7 +133,7 @@ func rueidisLock(t *testing.T, addrA, addrB string) {
 					return
 				}
 				n := count
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // a holder's work
 				if lctx.Err() == nil {
 					count = n + 1
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 )
 
 // Hostile scripts (issue 40) against the real binary: each is stopped
@@ -141,9 +142,8 @@ func attack(t *testing.T, lp *testsrv.Binary, limit time.Duration, attacks []hos
 		t.Logf("%s: %.100s after %v, RSS %d MiB", a.name, got, took.Round(time.Millisecond), rss(t, lp.Pid())>>20)
 		// The next attack waits for the canary to take and release the
 		// lock once: each of its operations faces one attack at most.
-		for n, deadline := ops.Load()+2, time.Now().Add(10*time.Second); ops.Load() < n && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond) // polling a state with a deadline
-		}
+		n := ops.Load() + 2
+		wait.Poll(10*time.Second, func() bool { return ops.Load() >= n })
 	}
 	worst, err := stop()
 	if err != nil {
@@ -152,18 +152,13 @@ func attack(t *testing.T, lp *testsrv.Binary, limit time.Duration, attacks []hos
 	if worst > bound {
 		t.Errorf("the canary waited %v; want at most %v", worst, bound)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for checkRSS {
-		now := rss(t, lp.Pid())
-		if now <= base+64<<20 {
-			t.Logf("RSS %d MiB before the attacks, %d MiB after; canary's worst %v", base>>20, now>>20, worst.Round(time.Millisecond))
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("RSS %d MiB 10 s after the attacks; it was %d MiB before", now>>20, base>>20)
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // polling a state with a deadline
+	var now int64
+	switch {
+	case !checkRSS:
+	case wait.Poll(10*time.Second, func() bool { now = rss(t, lp.Pid()); return now <= base+64<<20 }):
+		t.Logf("RSS %d MiB before the attacks, %d MiB after; canary's worst %v", base>>20, now>>20, worst.Round(time.Millisecond))
+	default:
+		t.Errorf("RSS %d MiB 10 s after the attacks; it was %d MiB before", now>>20, base>>20)
 	}
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("after the attacks: %v", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 )
 
 // The hostile-input suite of issue 40: every reproduction of the issue is
@@ -244,12 +245,8 @@ func attackHTTP(t *testing.T, lp *testsrv.Binary) {
 		t.Errorf("HTTP POST on the RESP port: read %q, %v; want the connection closed without a reply", got, err)
 	}
 	// The log reaches the test through a pipe: it may come after the close.
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(lp.Logs(), "Possible SECURITY ATTACK detected"); {
-		if time.Now().After(deadline) {
-			t.Errorf("HTTP POST on the RESP port: not logged as Redis does")
-			return
-		}
-		time.Sleep(10 * time.Millisecond) // polls a state of another process, with a deadline
+	if !wait.Poll(5*time.Second, func() bool { return strings.Contains(lp.Logs(), "Possible SECURITY ATTACK detected") }) {
+		t.Errorf("HTTP POST on the RESP port: not logged as Redis does")
 	}
 }
 
@@ -288,20 +285,13 @@ func hostileAlive(t *testing.T, lp *testsrv.Binary, attack string) {
 // hostileMemoryBack waits up to 10 s for lp's resident memory to come back
 // within hostileRSSSlack of base.
 func hostileMemoryBack(t *testing.T, lp *testsrv.Binary, base int64) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		now := hostileRSS(t, lp.Pid())
-		if now <= base+hostileRSSSlack {
-			t.Logf("resident memory %d MiB before the attacks, %d MiB after", base>>20, now>>20)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("resident memory %d MiB 10 s after the attacks; %d MiB before, want at most %d MiB more",
-				now>>20, base>>20, hostileRSSSlack>>20)
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // polls a state of another process, with a deadline
+	var now int64
+	if !wait.Poll(10*time.Second, func() bool { now = hostileRSS(t, lp.Pid()); return now <= base+hostileRSSSlack }) {
+		t.Errorf("resident memory %d MiB 10 s after the attacks; %d MiB before, want at most %d MiB more",
+			now>>20, base>>20, hostileRSSSlack>>20)
+		return
 	}
+	t.Logf("resident memory %d MiB before the attacks, %d MiB after", base>>20, now>>20)
 }
 
 // canaryStep is the canary's loop body: even steps take the lock with SET
@@ -391,18 +381,11 @@ func (p *prober) take() (ops int, worst time.Duration, errs []error) {
 // waitOps waits until the prober has done n steps since its last take.
 func (p *prober) waitOps(t *testing.T, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	wait.Until(t, fmt.Sprintf("the prober to do %d steps", n), func() (bool, any) {
 		p.mu.Lock()
-		ops := p.ops
-		p.mu.Unlock()
-		if ops >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the prober did %d steps in 30 s; want %d", ops, n)
-		}
-		time.Sleep(5 * time.Millisecond) // polls a state with a deadline
-	}
+		defer p.mu.Unlock()
+		return p.ops >= n, fmt.Sprintf("%d steps", p.ops)
+	})
 }
 
 // check fails the test when a step since the last take failed or took

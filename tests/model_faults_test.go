@@ -122,21 +122,21 @@ func modelNemesis(t *testing.T, seed uint64, nodes []*testsrv.Redis) func(time.D
 		}
 		ms := func(lo, hi int) time.Duration { return time.Duration(lo+r.IntN(hi-lo+1)) * time.Millisecond }
 		for time.Since(start) < d {
-			time.Sleep(ms(100, 300))
+			time.Sleep(ms(100, 300)) // the nemesis: time between faults
 			perm := r.Perm(len(nodes))
 			switch w := r.IntN(10); {
 			case w < 6:
 				n := nodes[perm[0]]
 				event("pause %d", perm[0])
 				n.Stop()
-				time.Sleep(ms(200, 600))
+				time.Sleep(ms(200, 600)) // the fault's length
 				n.Cont()
 				event("resume %d", perm[0])
 			case w < 8:
 				event("pause %d %d", perm[0], perm[1])
 				nodes[perm[0]].Stop()
 				nodes[perm[1]].Stop()
-				time.Sleep(ms(100, 250))
+				time.Sleep(ms(100, 250)) // the fault's length
 				nodes[perm[0]].Cont()
 				nodes[perm[1]].Cont()
 				event("resume %d %d", perm[0], perm[1])
@@ -144,7 +144,7 @@ func modelNemesis(t *testing.T, seed uint64, nodes []*testsrv.Redis) func(time.D
 				killed = true
 				event("kill %d", perm[0])
 				nodes[perm[0]].Kill()
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond) // the node stays dead a while
 				nodes[perm[0]].Restart()
 				event("restarted %d", perm[0])
 			}

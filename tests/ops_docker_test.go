@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 )
 
 // dockerfile is the repository's Dockerfile as instructions: continuation
@@ -119,17 +120,14 @@ func TestOpsDockerfile(t *testing.T) {
 
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, Password: "s3cret"})
 	defer c.Close()
-	for end := time.Now().Add(10 * time.Second); c.Ping(t.Context()).Err() != nil; {
+	wait.For(t, "lockproxy with the image's environment to answer PING", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("lockproxy with the image's environment exited:\n%s", logs.String())
 		default:
 		}
-		if time.Now().After(end) {
-			t.Fatal("lockproxy with the image's environment does not answer PING")
-		}
-		time.Sleep(20 * time.Millisecond) // waiting for the listener
-	}
+		return c.Ping(t.Context()).Err() == nil
+	})
 	if ok, err := c.SetNX(t.Context(), "docker:k", "tok", time.Minute).Result(); !ok || err != nil {
 		t.Errorf("SET NX = %v, %v", ok, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 )
 
 // TestOpsMemoryComesBack runs the real binary (memory backend) and checks
@@ -30,17 +31,9 @@ func TestOpsMemoryComesBack(t *testing.T) {
 
 	backNear := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			rss := rssMiB(t, lp.Pid())
-			if rss <= base+32 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("%s: resident %d MiB 10s later; started at %d MiB, want at most 32 MiB more", what, rss, base)
-				return
-			}
-			time.Sleep(100 * time.Millisecond) // polls a state of another process
+		var rss int
+		if !wait.Poll(10*time.Second, func() bool { rss = rssMiB(t, lp.Pid()); return rss <= base+32 }) {
+			t.Errorf("%s: resident %d MiB 10s later; started at %d MiB, want at most 32 MiB more", what, rss, base)
 		}
 	}
 	// The value comes on a connection of its own, closed once it is

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/backend"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/proxy"
 	"github.com/lockproxy/lockproxy/quorum"
@@ -37,23 +39,18 @@ func opsScrape(t *testing.T, reg *prometheus.Registry, b backend.Backend) string
 // checks and the reaper run on their own schedule), and fails after 10s.
 func opsWait(t *testing.T, reg *prometheus.Registry, b backend.Backend, want ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		body := opsScrape(t, reg, b)
+	var body string
+	wait.Until(t, fmt.Sprintf("/metrics to show %q", want), func() (bool, any) {
+		body = opsScrape(t, reg, b)
 		var missing []string
 		for _, w := range want {
 			if !strings.Contains(body, w+"\n") {
 				missing = append(missing, w)
 			}
 		}
-		if len(missing) == 0 {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics still lacks %q after 10s:\n%s", missing, body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(missing) == 0, fmt.Sprintf("%q missing from:\n%s", missing, body)
+	})
+	return body
 }
 
 // opsInfo returns the lockproxy section of INFO as name → value.

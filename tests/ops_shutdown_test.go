@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 )
 
 // TestOpsShutdownUnderLoad sends SIGTERM to the real binary (quorum mode
@@ -80,18 +81,15 @@ func TestOpsShutdownUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	for deadline := time.Now().Add(120 * time.Second); ; {
-		low := int64(1 << 62)
+	var low int64
+	if !wait.Poll(120*time.Second, func() bool {
+		low = int64(1 << 62)
 		for i := range replies {
 			low = min(low, replies[i].Load())
 		}
-		if low >= 50 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("load did not reach 50 replies per client (lowest %d)\n%s", low, lp.Logs())
-		}
-		time.Sleep(20 * time.Millisecond) // polling the load
+		return low >= 50
+	}) {
+		t.Fatalf("load did not reach 50 replies per client (lowest %d)\n%s", low, lp.Logs())
 	}
 	if err := lp.Terminate(90 * time.Second); err != nil {
 		t.Fatalf("exit after SIGTERM under load: %v\n%s", err, lp.Logs())

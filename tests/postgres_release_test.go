@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
@@ -90,15 +92,8 @@ func forceRelease(t *testing.T, sql *pgx.Conn, key string, want bool) {
 // the function's transaction committed, a round trip later.
 func acquireSoon(t *testing.T, c *redis.Client, key, token string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Until(t, fmt.Sprintf("SET %s NX granted after force_release", key), func() (bool, any) {
 		ok, err := c.SetNX(t.Context(), key, token, time.Minute).Result()
-		if err == nil && ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("SET %s NX after force_release = %v, %v; still held after 10s", key, ok, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the outcome, not ordering steps
-	}
+		return err == nil && ok, fmt.Sprintf("SET NX = %v, %v", ok, err)
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/pgbridge"
 )
 
@@ -655,25 +656,24 @@ func psDrainReset(c *respConn) {
 
 // psAwait asks INFO clients on c until it shows line, for up to wait:
 // [line], or a pseudo-frame with the field's last value.
-func psAwait(c *respConn, line string, wait time.Duration) []string {
+func psAwait(c *respConn, line string, d time.Duration) []string {
 	field, _, _ := strings.Cut(line, ":")
-	for deadline := time.Now().Add(wait); ; {
-		info, err := c.do("INFO", "clients")
-		if err != nil {
-			return []string{psFailure(err)}
-		}
-		if strings.Contains(info, "\r\n"+line+"\r\n") {
-			return []string{line}
-		}
-		if time.Now().After(deadline) {
-			last := "(none)"
-			if _, rest, ok := strings.Cut(info, "\r\n"+field+":"); ok {
-				last, _, _ = strings.Cut(rest, "\r\n")
-			}
-			return []string{fmt.Sprintf("(INFO clients shows %s:%s, not %s, after %v)", field, last, line, wait)}
-		}
-		time.Sleep(5 * time.Millisecond) // polling a state the server changes on its own
+	var info string
+	var err error
+	if wait.Poll(d, func() bool {
+		info, err = c.do("INFO", "clients")
+		return err != nil || strings.Contains(info, "\r\n"+line+"\r\n")
+	}) && err == nil {
+		return []string{line}
 	}
+	if err != nil {
+		return []string{psFailure(err)}
+	}
+	last := "(none)"
+	if _, rest, ok := strings.Cut(info, "\r\n"+field+":"); ok {
+		last, _, _ = strings.Cut(rest, "\r\n")
+	}
+	return []string{fmt.Sprintf("(INFO clients shows %s:%s, not %s, after %v)", field, last, line, d)}
 }
 
 // psQuietRead reads what c receives before its deadline: psNothing, or
@@ -1038,17 +1038,10 @@ func TestClientUnblock(t *testing.T) {
 			if _, err := b.c.Write(encodeCommand([]string{"BLPOP", "unblock:empty", "0"})); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(psWait)
-			for { // until the server counts it blocked
+			wait.Until(t, "INFO to count the blocked client", func() (bool, any) {
 				info, _ := c.do("INFO", "clients")
-				if strings.Contains(info, "blocked_clients:1\r\n") {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("INFO never counted the blocked client: %q", info)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+				return strings.Contains(info, "blocked_clients:1\r\n"), info
+			})
 			r, _ := c.do("CLIENT", "UNBLOCK", id, reason)
 			got, err := b.reply()
 			if err != nil {

@@ -1,11 +1,14 @@
 package tests
 
 import (
+	"fmt"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/memory"
 	"github.com/lockproxy/lockproxy/pgbridge"
 	"github.com/lockproxy/lockproxy/proxy"
@@ -104,7 +107,9 @@ func TestTrackingAcrossInstances(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			time.Sleep(100 * time.Millisecond) // instance A's announcement reaches B
+			// Instance A's announcement of its tracker reaches B over the
+			// backend; no event of it is visible from here (left: issue 44).
+			time.Sleep(100 * time.Millisecond)
 			expect := func(what, want string) {
 				t.Helper()
 				tracked.c.SetDeadline(time.Now().Add(3 * time.Second))
@@ -130,7 +135,11 @@ func TestTrackingAcrossInstances(t *testing.T) {
 				r, _ := blocked.do("BLPOP", "tr:list", "10")
 				done <- r
 			}()
-			time.Sleep(200 * time.Millisecond)
+			probe := dialRESP(t, a)
+			wait.Until(t, "instance A to count the BLPOP blocked", func() (bool, any) {
+				info, err := probe.do("INFO", "clients")
+				return err == nil && strings.Contains(info, "blocked_clients:1\r\n"), fmt.Sprint(info, err)
+			})
 			pushed := time.Now()
 			writer.do("RPUSH", "tr:list", "x")
 			select {

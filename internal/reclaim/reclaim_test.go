@@ -24,23 +24,23 @@ func TestReclaimerCoalesces(t *testing.T) {
 		for range 10 {
 			r.Freed(Large)
 		}
-		time.Sleep(49 * time.Millisecond)
+		time.Sleep(49 * time.Millisecond) // fake clock: just short of the pause
 		synctest.Wait()
 		if gave.Load() != 0 {
 			t.Fatalf("gave back before the pause: %d", gave.Load())
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // fake clock: the pause ends
 		synctest.Wait()
 		if gave.Load() != 1 {
 			t.Fatalf("a burst of 10 large frees gave back %d times; want 1", gave.Load())
 		}
-		r.Freed(Large) // within the interval: waits for its end
-		time.Sleep(900 * time.Millisecond)
+		r.Freed(Large)                     // within the interval: waits for its end
+		time.Sleep(900 * time.Millisecond) // fake clock: within the interval
 		synctest.Wait()
 		if gave.Load() != 1 {
 			t.Fatalf("gave back %d times within one interval; want 1", gave.Load())
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // fake clock: past the interval
 		synctest.Wait()
 		if gave.Load() != 2 {
 			t.Fatalf("the free during the interval was not given back after it: %d", gave.Load())

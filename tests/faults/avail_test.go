@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/lockcheck"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 )
 
 // The availability suite (docs/quorum.md, Availability)
@@ -310,18 +311,16 @@ func (r *availResults) table() string {
 // repair (lockproxy_quorum_repairs_pending 0).
 func waitRepaired(t *testing.T, admin string, timeout time.Duration) {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); ; {
-		resp, err := http.Get("http://" + admin + "/metrics")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if strings.Contains(string(body), "\nlockproxy_quorum_repairs_pending 0\n") {
-				return
-			}
+	var err error
+	if !wait.Poll(timeout, func() bool {
+		var resp *http.Response
+		if resp, err = http.Get("http://" + admin + "/metrics"); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lockproxy still has keys to repair %v after the fault ended (%v)", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the metrics
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(body), "\nlockproxy_quorum_repairs_pending 0\n")
+	}) {
+		t.Fatalf("lockproxy still has keys to repair %v after the fault ended (%v)", timeout, err)
 	}
 }

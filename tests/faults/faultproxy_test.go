@@ -196,13 +196,16 @@ func (p *faultProxy) takeConns() []*proxyConn {
 // timeout.
 func (p *faultProxy) waitFlowing(t *testing.T, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.After(timeout)
+	interval := time.NewTicker(20 * time.Millisecond)
+	defer interval.Stop()
 	last, streak := p.delivered.Load(), 0
 	for streak < 5 {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			t.Fatalf("node %s: no replies reach lockproxy %v after the fault ended", p.target, timeout)
+		case <-interval.C:
 		}
-		time.Sleep(20 * time.Millisecond) // polling for traffic
 		if n := p.delivered.Load(); n > last {
 			last, streak = n, streak+1
 		} else {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/lockcheck"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 )
 
 // shortRun is how long each nemesis runs in the suite; LOCKPROXY_SOAK (a Go
@@ -251,11 +252,7 @@ func killBinary(t *testing.T, b *testsrv.Binary) {
 		t.Errorf("kill lockproxy %d: %v", pid, err)
 		return
 	}
-	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; {
-		if time.Now().After(deadline) {
-			t.Errorf("lockproxy %d still there 10s after SIGKILL", pid)
-			return
-		}
-		time.Sleep(5 * time.Millisecond) // polling for the reaper
+	if !wait.Poll(10*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }) {
+		t.Errorf("lockproxy %d still there 10s after SIGKILL", pid)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/lockcheck"
 	"github.com/lockproxy/lockproxy/internal/testsrv"
+	"github.com/lockproxy/lockproxy/internal/testsrv/wait"
 	"github.com/lockproxy/lockproxy/pgbridge"
 	"github.com/lockproxy/lockproxy/proxy"
 )
@@ -270,15 +271,16 @@ func TestPostgresNemesisRestartModes(t *testing.T) {
 					wg.Go(func() {
 						c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 						defer c.Close()
-						for n := 0; time.Since(back) < 30*time.Second; n++ {
+						n := 0
+						if !wait.Poll(30*time.Second, func() bool {
+							n++
 							key := fmt.Sprintf("probe:%d:%d", i, n) // never held: a fresh key each time
-							if err := c.SetArgs(t.Context(), key, "tok", redis.SetArgs{Mode: "NX", TTL: time.Second}).Err(); err == nil {
-								resumed[i] = time.Since(back)
-								return
-							}
-							time.Sleep(20 * time.Millisecond) // polling for the instances' return
+							return c.SetArgs(t.Context(), key, "tok", redis.SetArgs{Mode: "NX", TTL: time.Second}).Err() == nil
+						}) {
+							resumed[i] = -1
+							return
 						}
-						resumed[i] = -1
+						resumed[i] = time.Since(back)
 					})
 				}
 				wg.Wait()
