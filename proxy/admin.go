@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,6 +67,7 @@ func NewAdmin(s *Server, cfg AdminConfig) *Admin {
 	a.mux.HandleFunc("/locks", a.viewer(a.serveLocks))
 	a.mux.HandleFunc("/locks/{key}", a.viewer(a.serveLock))
 	a.mux.Handle("/locks/{key}/release", http.NewCrossOriginProtection().Handler(a.viewer(a.serveRelease)))
+	a.mux.HandleFunc("GET /locks/{key}/confirm", a.viewer(a.serveConfirm))
 	a.mux.HandleFunc("GET /{$}", a.viewer(a.servePage))
 	return a
 }
@@ -183,7 +183,7 @@ func (a *Admin) serveRelease(w http.ResponseWriter, r *http.Request, user string
 		a.writeBackendError(w, r, err)
 		return
 	}
-	if back := r.PostFormValue("back"); strings.HasPrefix(back, "/") && !strings.HasPrefix(back, "//") && !strings.HasPrefix(back, "/\\") {
+	if back := r.PostFormValue("back"); back != "" && localPath(back) == back {
 		http.Redirect(w, r, back, http.StatusSeeOther)
 		return
 	}

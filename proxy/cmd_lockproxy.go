@@ -80,7 +80,7 @@ func (h LockHolder) Who() string {
 				n++
 			}
 		}
-		who += fmt.Sprintf(", on %d of %d nodes", n, len(h.Nodes))
+		who = strings.TrimPrefix(who+fmt.Sprintf(", on %d of %d nodes", n, len(h.Nodes)), ", ")
 	}
 	return strings.TrimPrefix(who, " via ")
 }
