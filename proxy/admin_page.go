@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -207,6 +208,21 @@ func (a *Admin) pageLocks(ctx context.Context, r *http.Request, p *statusPage) {
 	}
 	if cursor != "0" {
 		p.Next = p.pageURL(p.Sort, cursor)
+	}
+	a.pageExactKey(ctx, p)
+}
+
+// pageExactKey adds, for a search that names one key (no pattern), that
+// key's LOCKPROXY LOCK when the listing lacks it: a lock held outside
+// lockproxy's own table (a PostgreSQL session's from SQL, a legacy Redis's
+// during a migration) is found so, with who holds it.
+func (a *Admin) pageExactKey(ctx context.Context, p *statusPage) {
+	if p.Match == "" || p.LocksError != "" || p.Cursor != "0" || strings.ContainsAny(p.Match, `*?[\`) ||
+		slices.ContainsFunc(p.Locks, func(l Lock) bool { return l.Key == p.Match }) {
+		return
+	}
+	if l, held, err := readLock(ctx, a.s.b, p.DB, []byte(p.Match)); err == nil && held {
+		p.Locks = append(p.Locks, l)
 	}
 }
 
