@@ -29,7 +29,8 @@ type AdminConfig struct {
 
 // Admin is the admin port's handler: /metrics, /healthz and /readyz
 // (AdminHandler's, always open), the locks as JSON (/locks,
-// /locks/{key}, POST /locks/{key}/release) and the status page at /.
+// /locks/{key}, POST /locks/{key}/release), the status page at / and its
+// release confirmation (GET /locks/{key}/confirm, admin_view.go).
 //
 // When the Server needs no AUTH (no requirepass, no users), every route
 // is open, as its RESP port is. Otherwise the locks and the page need HTTP

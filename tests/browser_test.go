@@ -162,13 +162,22 @@ func checkSortedTTLs(t *testing.T, b *browser, url string, keys []string) {
 // checkConfirmedRelease releases key from the page as a person would: its
 // release button leads to a confirmation naming the key, where nothing is
 // released yet (exists reads the key through a Redis client); its button
-// releases it and comes back to the page, which no longer lists it.
-func checkConfirmedRelease(t *testing.T, b *browser, url, key string, exists func() int64) {
+// releases it and comes back to the page, which no longer lists it. The
+// confirmation's screenshot is kept in dir (mode-confirm.png).
+func checkConfirmedRelease(t *testing.T, b *browser, url, dir, mode, key string, exists func() int64) {
 	t.Helper()
 	row := `//table[@id="held"]//tr[td/code[text()=` + strconv.Quote(key) + `]]//a[contains(@class,"release")]`
 	b.do(t, "load "+url, chromedp.EmulateViewport(1280, 900), chromedp.Navigate(url))
 	b.follow(t, "ask to release "+key, chromedp.Click(row))
 	title := read(t, b, "read the confirmation", chromedp.Text(chromedp.CSS(`#confirm h2`)))
+	if dir != "" {
+		png := read(t, b, "screenshot the confirmation", chromedp.CaptureScreenshot())
+		file := filepath.Join(dir, mode+"-confirm.png")
+		if err := os.WriteFile(file, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot %s", file)
+	}
 	if !strings.Contains(title, key) || exists() != 1 {
 		t.Fatalf("the confirmation reads %q, the key exists = %d; want it named and still held", title, exists())
 	}

@@ -124,7 +124,7 @@ func TestStatusPage(t *testing.T) {
 			}
 			checkLayouts(t, b, url, dir, mode)
 			checkSortedTTLs(t, b, url, keys)
-			checkConfirmedRelease(t, b, url, keys[2], func() int64 { return c.Exists(ctx, keys[2]).Val() })
+			checkConfirmedRelease(t, b, url, dir, mode, keys[2], func() int64 { return c.Exists(ctx, keys[2]).Val() })
 		})
 	}
 }
