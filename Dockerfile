@@ -9,7 +9,8 @@
 # until clients must authenticate: LOCKPROXY_REQUIREPASS (or users in a
 # mounted config file). Serving without a password is an explicit choice:
 # -e LOCKPROXY_PROTECTED_MODE=no.
-# (No Docker engine exists on the CI machines: this file is checked by reading.)
+# (No Docker engine exists on the CI machines: tests/ops_docker_test.go
+# builds and runs what this file says, and checks each claim made here.)
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
@@ -25,9 +26,10 @@ COPY --from=build /out/lockproxy /lockproxy
 USER nonroot:nonroot
 # Inside a container the listeners must bind beyond loopback (see above:
 # protected mode then requires a password, for both ports). The admin
-# port serves /metrics, /healthz and /readyz to anyone, and the locks
-# (tokens included), the status page and force-release to the users that
-# RESP's AUTH accepts, over HTTP Basic.
+# port serves /metrics, /healthz and /readyz to anyone; the locks (tokens
+# included) and the status page to the users that RESP's AUTH accepts,
+# over HTTP Basic; force-release only to those of them allowed LOCKPROXY
+# RELEASE (the default user, and users with admin: true).
 ENV LOCKPROXY_LISTEN=0.0.0.0:6380 \
     LOCKPROXY_ADMIN_LISTEN=0.0.0.0:9121
 EXPOSE 6380 9121

@@ -62,8 +62,8 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 		return b.flush(ctx, db, args)
 	case "lockproxy":
 		// Fences are the backend's: a lock only the legacy Redis holds
-		// (taken there by a client not yet moved) has none.
-		return b.inner.Do(ctx, db, keys, args)
+		// (taken there by a client not yet moved) has none (holder.go).
+		return b.lockproxyLock(ctx, db, keys, args)
 	}
 	if c := keycmd.Lookup(args[0]); c != nil && c.Write {
 		return b.write(ctx, db, keys, args)

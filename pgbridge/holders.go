@@ -67,3 +67,23 @@ func grantArrays(qs []*query) grantArraysT {
 	}
 	return g
 }
+
+// leasesTextDDL makes the view <schema>.leases_text: every column of the
+// lease table (docs/postgres.md), key and token as text (bytes outside
+// printable ASCII as \ooo escapes), psql showing bytea in hex otherwise.
+// A view made by an earlier version, without the columns after
+// deadline_ms, gains them (CREATE OR REPLACE VIEW may only add columns at
+// the end); instances starting together take turns (a transaction-level
+// advisory lock of the two-int form, which no key's lock uses).
+func leasesTextDDL(schema, table string) string {
+	return `DO $$ BEGIN
+		PERFORM pg_advisory_xact_lock(1819239276, 1);
+		IF to_regclass('` + schema + `.leases_text') IS NULL OR NOT EXISTS (SELECT FROM information_schema.columns
+				WHERE table_schema = lower('` + schema + `') AND table_name = 'leases_text' AND column_name = 'granted_by') THEN
+			CREATE OR REPLACE VIEW ` + schema + `.leases_text AS SELECT db, encode(key, 'escape') AS key,
+				encode(token, 'escape') AS token, expires_at, holder, holder_pid, lock_id, deadline_ms,
+				kind, fencing_token, granted_ms, client_addr, client_name, client_user, granted_by
+			FROM ` + table + `;
+		END IF;
+	END $$`
+}

@@ -321,6 +321,9 @@ func (b *Backend) Do(ctx context.Context, db int, keys []string, args [][]byte) 
 	})
 	var h *heldError
 	if errors.As(err, &h) {
+		if v, ok, err := b.sqlHolder(ctx, h, args); ok {
+			return v, err
+		}
 		rep, err := b.store.route(ctx, h, &routeReq{Op: "do", DB: db, Keys: byteKeys(keys), Args: args})
 		if err != nil {
 			return backend.Value{}, err

@@ -370,15 +370,7 @@ func (b *Backend) createSchema(ctx context.Context) error {
 		// Who took the lock (holders.go); NULL when unknown.
 		"ALTER TABLE " + b.table + " ADD COLUMN IF NOT EXISTS granted_ms bigint, ADD COLUMN IF NOT EXISTS client_addr text, " +
 			"ADD COLUMN IF NOT EXISTS client_name text, ADD COLUMN IF NOT EXISTS client_user text, ADD COLUMN IF NOT EXISTS granted_by text",
-		// For people: key and token as text (bytes outside printable ASCII
-		// as \ooo escapes), psql showing bytea in hex otherwise.
-		`DO $$ BEGIN
-			IF to_regclass('` + b.cfg.Schema + `.leases_text') IS NULL THEN
-				CREATE VIEW ` + b.cfg.Schema + `.leases_text AS SELECT db, encode(key, 'escape') AS key,
-					encode(token, 'escape') AS token, expires_at, holder, holder_pid, lock_id, deadline_ms
-				FROM ` + b.table + `;
-			END IF;
-		END $$`,
+		leasesTextDDL(b.cfg.Schema, b.table),
 	}
 	ddl = append(ddl, b.store.extraDDL()...)
 	ddl = append(ddl, releaseDDL(b.cfg.Schema, b.table, b.cfg.Strategy == Advisory)...)

@@ -354,28 +354,53 @@ func TestLeaseAfterSessionsEnd(t *testing.T) {
 }
 
 // TestLeasesTextView: operators read key and token as text in
-// <schema>.leases_text (psql shows the table's bytea columns in hex).
+// <schema>.leases_text (psql shows the table's bytea columns in hex), with
+// every column of the lease table that docs/postgres.md lists; a view
+// made by an earlier version (without the holder columns) gains them when
+// an instance starts.
 func TestLeasesTextView(t *testing.T) {
 	t.Parallel()
 	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
 		dsn := testsrv.SharedPostgres(t).NewDatabase(t)
 		b := newBackend(t, strategy, dsn)
-		newBackend(t, strategy, dsn) // a second instance finds the view made
 		ctx := t.Context()
-		// A TTL over a minute: its row is written at once, whatever the row delay.
-		if _, err := b.Set(ctx, 0, "lock:report", []byte("tok-1"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: 2 * time.Minute}}); err != nil {
-			t.Fatal(err)
-		}
 		c, err := pgx.Connect(ctx, dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var key, token string
+		defer c.Close(context.Background())
+		if _, err := c.Exec(ctx, `DROP VIEW lockproxy.leases_text; CREATE VIEW lockproxy.leases_text AS SELECT db, encode(key, 'escape') AS key,
+			encode(token, 'escape') AS token, expires_at, holder, holder_pid, lock_id, deadline_ms FROM lockproxy.leases`); err != nil {
+			t.Fatal(err)
+		}
+		newBackend(t, strategy, dsn) // a second instance brings the earlier view up to date
+		// A TTL over a minute: its row is written at once, whatever the row delay.
+		hctx := backend.WithHolder(ctx, holderSlot(&backend.Holder{Addr: "10.0.0.7:5100", Name: "billing", User: "app", Instance: "inst-a"}))
+		if _, err := b.Set(hctx, 0, "lock:report", []byte("tok-1"), backend.SetOptions{Cond: backend.IfAbsent, Expiry: backend.Expiry{TTL: 2 * time.Minute}}); err != nil {
+			t.Fatal(err)
+		}
+		var key, token, name, user, by string
+		var kind int16
+		var granted int64
 		var live bool
-		err = c.QueryRow(ctx, `SELECT key, token, expires_at > now() FROM lockproxy.leases_text WHERE db = 0`).Scan(&key, &token, &live)
-		c.Close(context.Background())
-		if err != nil || key != "lock:report" || token != "tok-1" || !live {
-			t.Errorf("%s: leases_text = %q, %q, live %v, %v; want lock:report, tok-1, live", strategy, key, token, live, err)
+		err = c.QueryRow(ctx, `SELECT key, token, expires_at > now(), kind, granted_ms, client_name, client_user, granted_by
+			FROM lockproxy.leases_text WHERE db = 0`).Scan(&key, &token, &live, &kind, &granted, &name, &user, &by)
+		if err != nil || key != "lock:report" || token != "tok-1" || !live || kind != 0 || granted <= 0 || name != "billing" || user != "app" || by != "inst-a" {
+			t.Errorf("%s: leases_text = %q, %q, live %v, kind %d, granted_ms %d, client %q/%q, granted_by %q, %v; want lock:report, tok-1, live, 0, the grant's time, billing/app, inst-a",
+				strategy, key, token, live, kind, granted, name, user, by, err)
+		}
+		rows, _ := c.Query(ctx, `SELECT a.column_name::text FROM information_schema.columns a WHERE a.table_schema = 'lockproxy' AND a.table_name = 'leases'
+			AND NOT EXISTS (SELECT FROM information_schema.columns v WHERE v.table_schema = 'lockproxy' AND v.table_name = 'leases_text' AND v.column_name = a.column_name)`)
+		cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(cols) > 0 {
+			t.Errorf("%s: leases_text lacks the lease table's columns %q (%v)", strategy, cols, err)
 		}
 	}
+}
+
+// holderSlot is a HolderSlot holding h.
+func holderSlot(h *backend.Holder) *backend.HolderSlot {
+	s := new(backend.HolderSlot)
+	s.Store(h)
+	return s
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +29,8 @@ type AdminConfig struct {
 
 // Admin is the admin port's handler: /metrics, /healthz and /readyz
 // (AdminHandler's, always open), the locks as JSON (/locks,
-// /locks/{key}, POST /locks/{key}/release) and the status page at /.
+// /locks/{key}, POST /locks/{key}/release), the status page at / and its
+// release confirmation (GET /locks/{key}/confirm, admin_view.go).
 //
 // When the Server needs no AUTH (no requirepass, no users), every route
 // is open, as its RESP port is. Otherwise the locks and the page need HTTP
@@ -68,6 +68,7 @@ func NewAdmin(s *Server, cfg AdminConfig) *Admin {
 	a.mux.HandleFunc("/locks", a.viewer(a.serveLocks))
 	a.mux.HandleFunc("/locks/{key}", a.viewer(a.serveLock))
 	a.mux.Handle("/locks/{key}/release", http.NewCrossOriginProtection().Handler(a.viewer(a.serveRelease)))
+	a.mux.HandleFunc("GET /locks/{key}/confirm", a.viewer(a.serveConfirm))
 	a.mux.HandleFunc("GET /{$}", a.viewer(a.servePage))
 	return a
 }
@@ -183,7 +184,7 @@ func (a *Admin) serveRelease(w http.ResponseWriter, r *http.Request, user string
 		a.writeBackendError(w, r, err)
 		return
 	}
-	if back := r.PostFormValue("back"); strings.HasPrefix(back, "/") && !strings.HasPrefix(back, "//") && !strings.HasPrefix(back, "/\\") {
+	if back := r.PostFormValue("back"); back != "" && localPath(back) == back {
 		http.Redirect(w, r, back, http.StatusSeeOther)
 		return
 	}

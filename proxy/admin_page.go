@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,24 +28,34 @@ var pageSource string
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"ms":   func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64) },
 	"ago":  func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
-	"hhmm": func(t time.Time) string { return t.Format("15:04:05") },
+	"hhmm": func(t time.Time) string { return t.UTC().Format("15:04:05") },
+	"ttl":  func(ms int64) string { return humanDuration(time.Duration(ms) * time.Millisecond) },
+	"held": heldFor,
+	"sortLink": func(p *statusPage, by, label string) sortLink {
+		return sortLink{On: p.Sort == by, URL: p.SortURL[by], Label: label}
+	},
+	"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"cut": func(s string, n int) string {
 		if len(s) > n {
 			return s[:n] + "…"
 		}
 		return s
 	},
-	"since": func(ms *int64) string {
-		if ms == nil {
-			return ""
-		}
-		return time.Since(time.UnixMilli(*ms)).Round(time.Second).String()
-	},
-	"until": func(ms *int64) string { return time.UnixMilli(*ms).Format("15:04:05.000") },
-	"lockURL": func(l Lock, db int) string {
-		return "/locks/" + url.PathEscape(l.Key) + "/release?db=" + strconv.Itoa(db)
+	"until": func(ms *int64) string { return time.UnixMilli(*ms).UTC().Format("15:04:05.000") },
+	"confirmURL": func(l Lock, db int, back string) string {
+		return "/locks/" + url.PathEscape(l.Key) + "/confirm?" + url.Values{"db": {strconv.Itoa(db)}, "back": {back}}.Encode()
 	},
 }).Parse(pageSource))
+
+// pageCSP is the pages' Content-Security-Policy: no script, inline style,
+// forms posted to this origin only, never framed.
+const pageCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; frame-ancestors 'none'"
+
+// sortLink is a column header's link to the page sorted by it.
+type sortLink struct {
+	On         bool
+	URL, Label string
+}
 
 // pageLocks bounds the locks the page lists at once (a "more" link pages on).
 const pageLocks = 100
@@ -52,6 +63,7 @@ const pageLocks = 100
 // statusPage is what the page shows.
 type statusPage struct {
 	Version, Mode string
+	AsOf          time.Time // when the page was made
 	Uptime        time.Duration
 	Ready         bool
 	NotReady      string
@@ -65,7 +77,9 @@ type statusPage struct {
 	Postgres  *postgresPanel
 	Migration *migrationPanel
 
-	Match, Cursor, Next string // the search, this page's cursor, the next one ("" at the end)
+	Match, Cursor, Next string            // the search, this page's cursor, the next one ("" at the end)
+	Sort                string            // the locks' order (lockSorts)
+	SortURL             map[string]string // each order's link
 	DB                  int
 	Locks               []Lock
 	LocksError          string
@@ -129,8 +143,8 @@ func (a *Admin) servePage(w http.ResponseWriter, r *http.Request, user string) {
 	p.CanRelease = a.s.admin(user)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; frame-ancestors 'none'")
-	if err := pageTemplate.Execute(w, p); err != nil {
+	w.Header().Set("Content-Security-Policy", pageCSP)
+	if err := pageTemplate.Execute(w, &p); err != nil {
 		a.s.log.Error("status page", "err", err)
 	}
 }
@@ -138,7 +152,7 @@ func (a *Admin) servePage(w http.ResponseWriter, r *http.Request, user string) {
 // status collects the page's state.
 func (a *Admin) status(ctx context.Context, r *http.Request, db int) statusPage {
 	s := a.s
-	p := statusPage{Version: a.cfg.Version, Mode: s.cfg.BackendName, Uptime: time.Since(s.started).Round(time.Second),
+	p := statusPage{Version: a.cfg.Version, Mode: s.cfg.BackendName, AsOf: time.Now(), Uptime: time.Since(s.started).Round(time.Second),
 		Ready: true, Clients: s.clientCount(), DB: db, Back: r.URL.RequestURI(),
 		Contention: s.ops.topContended(), Tryagain: s.ops.recentTryagains()}
 	if err := checkReady(ctx, s.b, time.Second); err != nil {
@@ -169,7 +183,12 @@ func (a *Admin) status(ctx context.Context, r *http.Request, db int) statusPage 
 // 20).
 func (a *Admin) pageLocks(ctx context.Context, r *http.Request, p *statusPage) {
 	q := r.URL.Query()
-	p.Match, p.Cursor = q.Get("match"), orDefault(q.Get("cursor"), "0")
+	p.Match, p.Cursor, p.Sort = q.Get("match"), orDefault(q.Get("cursor"), "0"), sortParam(r)
+	p.SortURL = map[string]string{}
+	for _, by := range lockSorts {
+		p.SortURL[by] = p.pageURL(by, p.Cursor)
+	}
+	defer func() { sortLocks(p.Locks, p.Sort) }()
 	cursor := p.Cursor
 	p.Locks = []Lock{}
 	for range 20 {
@@ -189,14 +208,22 @@ func (a *Admin) pageLocks(ctx context.Context, r *http.Request, p *statusPage) {
 		}
 	}
 	if cursor != "0" {
-		v := url.Values{"cursor": {cursor}}
-		if p.Match != "" {
-			v.Set("match", p.Match)
-		}
-		if p.DB != 0 {
-			v.Set("db", strconv.Itoa(p.DB))
-		}
-		p.Next = "/?" + v.Encode()
+		p.Next = p.pageURL(p.Sort, cursor)
+	}
+	a.pageExactKey(ctx, p)
+}
+
+// pageExactKey adds, for a search that names one key (no pattern), that
+// key's LOCKPROXY LOCK when the listing lacks it: a lock held outside
+// lockproxy's own table (a PostgreSQL session's from SQL, a legacy Redis's
+// during a migration) is found so, with who holds it.
+func (a *Admin) pageExactKey(ctx context.Context, p *statusPage) {
+	if p.Match == "" || p.LocksError != "" || p.Cursor != "0" || strings.ContainsAny(p.Match, `*?[\`) ||
+		slices.ContainsFunc(p.Locks, func(l Lock) bool { return l.Key == p.Match }) {
+		return
+	}
+	if l, held, err := readLock(ctx, a.s.b, p.DB, []byte(p.Match)); err == nil && held {
+		p.Locks = append(p.Locks, l)
 	}
 }
 

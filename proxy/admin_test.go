@@ -256,13 +256,21 @@ func TestAdminCredentials(t *testing.T) {
 		t.Errorf("GET release as app = %d; want 405", code)
 	}
 	_, _, page := a.call(t, "GET", "/", "app", "apppw")
-	if !strings.Contains(page, "k1") || strings.Contains(page, "/locks/k1/release") {
+	if !strings.Contains(page, "k1") || strings.Contains(page, "/locks/k1/") {
 		t.Errorf("the page as app lists k1 = %v, offers its release = %v; want listed without a release button",
-			strings.Contains(page, "k1"), strings.Contains(page, "/locks/k1/release"))
+			strings.Contains(page, "k1"), strings.Contains(page, "/locks/k1/"))
 	}
+	if code, _, _ := a.call(t, "GET", "/locks/k1/confirm", "app", "apppw"); code != 403 {
+		t.Errorf("GET /locks/k1/confirm as app = %d; want 403", code)
+	}
+	// The page's release is a link to a confirmation, whose form releases.
 	_, _, page = a.call(t, "GET", "/", "ops", "opspw")
-	if !strings.Contains(page, `action="/locks/k1/release?db=0"`) {
-		t.Errorf("the page as ops (admin) has no release form for k1")
+	if !strings.Contains(page, `href="/locks/k1/confirm?back=%2F&amp;db=0"`) || strings.Contains(page, `action="/locks/k1/release`) {
+		t.Errorf("the page as ops (admin) has no confirmation link for k1, or a release form without one:\n%s", page)
+	}
+	code, _, confirm := a.call(t, "GET", "/locks/k1/confirm?db=0&back=%2F", "ops", "opspw")
+	if code != 200 || !strings.Contains(confirm, `action="/locks/k1/release?db=0"`) || !strings.Contains(confirm, `<a href="/">Cancel</a>`) {
+		t.Errorf("GET /locks/k1/confirm as ops = %d, want a release form and a way back:\n%s", code, confirm)
 	}
 	for _, u := range [][2]string{{"ops", "opspw"}, {"default", "defpw"}} {
 		key := map[string]string{"ops": "k1", "default": "k2"}[u[0]]

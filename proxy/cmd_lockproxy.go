@@ -57,12 +57,41 @@ type LockHolder struct {
 	// Nodes are, on quorum, each node's address and whether it holds the
 	// key's token; empty on the other backends.
 	Nodes map[string]bool `json:"nodes"`
+	// PostgresPID is, for a lock a PostgreSQL session holds from SQL (not
+	// through lockproxy), that session's backend pid; the client fields
+	// are then its client_addr, application_name and role, GrantedMillis
+	// when the session began. Absent otherwise.
+	PostgresPID *int64 `json:"postgres_pid,omitempty"`
+	// Legacy is, during a migration, the address of the legacy Redis for
+	// a lock only it holds (taken there by a client not yet moved, which
+	// it does not name). Absent otherwise.
+	Legacy string `json:"legacy,omitempty"`
 }
 
 // Who is the holder in a few words, for the status page: the client's
 // name (else its address), its user when not the default one, and the
 // instance; on quorum, the nodes that hold it. Empty when unknown.
 func (h LockHolder) Who() string {
+	switch {
+	case h.PostgresPID != nil:
+		who := fmt.Sprintf("PostgreSQL session pid %d (SQL, not lockproxy)", *h.PostgresPID)
+		var of []string
+		if h.ClientName != "" {
+			of = append(of, "application_name "+h.ClientName)
+		}
+		if h.ClientUser != "" {
+			of = append(of, "user "+h.ClientUser)
+		}
+		if h.ClientAddr != "" {
+			of = append(of, "from "+h.ClientAddr)
+		}
+		if len(of) > 0 {
+			who += ": " + strings.Join(of, ", ")
+		}
+		return who
+	case h.Legacy != "":
+		return "a client of the legacy Redis " + h.Legacy + " (not through lockproxy)"
+	}
 	who := h.ClientName
 	if who == "" {
 		who = h.ClientAddr
@@ -80,7 +109,7 @@ func (h LockHolder) Who() string {
 				n++
 			}
 		}
-		who += fmt.Sprintf(", on %d of %d nodes", n, len(h.Nodes))
+		who = strings.TrimPrefix(who+fmt.Sprintf(", on %d of %d nodes", n, len(h.Nodes)), ", ")
 	}
 	return strings.TrimPrefix(who, " via ")
 }
@@ -104,6 +133,13 @@ func holderOf(v backend.Value) LockHolder {
 			h.ClientUser = string(x.Str)
 		case "instance":
 			h.Instance = string(x.Str)
+		case "postgres_pid":
+			if x.Kind == backend.KindInt {
+				n := x.Int
+				h.PostgresPID = &n
+			}
+		case "legacy":
+			h.Legacy = string(x.Str)
 		case "nodes":
 			for j := 0; j+1 < len(x.Elems); j += 2 {
 				h.Nodes[string(x.Elems[j].Str)] = x.Elems[j+1].Int == 1

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"image/png"
 	"io"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +37,7 @@ func TestStatusPage(t *testing.T) {
 	}
 	dir := os.Getenv(artifactsEnv)
 	if dir == "" {
-		dir = t.TempDir()
+		dir = t.ArtifactDir() // kept under go test's -outputdir with -artifacts
 	}
 	dir = filepath.Join(dir, "TestStatusPage")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -75,8 +73,9 @@ func TestStatusPage(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: lp.Addr, MaxRetries: -1, ClientName: "billing-worker"})
 			defer c.Close()
 			keys := []string{"orders:" + mode + ":1042", "orders:" + mode + ":1043", "reports:" + mode + ":nightly"}
-			for _, k := range keys {
-				if err := c.SetArgs(ctx, k, "token-"+k, redis.SetArgs{Mode: "NX", TTL: 5 * time.Minute}).Err(); err != nil {
+			for i, k := range keys {
+				ttl := []time.Duration{5 * time.Minute, time.Minute, 2 * time.Hour}[i]
+				if err := c.SetArgs(ctx, k, "token-"+k, redis.SetArgs{Mode: "NX", TTL: ttl}).Err(); err != nil {
 					t.Fatalf("SET %s NX: %v", k, err)
 				}
 			}
@@ -110,7 +109,8 @@ func TestStatusPage(t *testing.T) {
 			}
 
 			url := "http://" + lp.Admin + "/"
-			dom := runChromium(t, chromium, "--dump-dom", url)
+			b := newBrowser(t, chromium)
+			dom := b.html(t, url, 1280, 900)
 			for _, w := range want {
 				if !strings.Contains(dom, w) {
 					t.Errorf("the page rendered by chromium lacks %q", w)
@@ -122,15 +122,9 @@ func TestStatusPage(t *testing.T) {
 			if t.Failed() {
 				t.Logf("the page:\n%s", dom)
 			}
-			for _, size := range []struct {
-				name string
-				w, h int
-			}{{"desktop", 1200, 900}, {"phone", 390, 844}} {
-				file := filepath.Join(dir, mode+"-"+size.name+".png")
-				runChromium(t, chromium, "--screenshot="+file, "--window-size="+strconv.Itoa(size.w)+","+strconv.Itoa(size.h), "--hide-scrollbars", url)
-				checkPNG(t, file, size.w, size.h)
-			}
-			t.Logf("screenshots in %s", dir)
+			checkLayouts(t, b, url, dir, mode)
+			checkSortedTTLs(t, b, url, keys)
+			checkConfirmedRelease(t, b, url, dir, mode, keys[2], func() int64 { return c.Exists(ctx, keys[2]).Val() })
 		})
 	}
 }
@@ -140,24 +134,6 @@ func orMode(shown, mode string) string {
 		return shown
 	}
 	return mode
-}
-
-// runChromium runs headless chromium with args (then the URL) and returns
-// its standard output; it fails the test when chromium fails or takes
-// longer than a minute.
-func runChromium(t *testing.T, chromium string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--user-data-dir=" + t.TempDir()}, args...)
-	cmd := exec.CommandContext(ctx, chromium, all...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out)
 }
 
 // checkPNG fails the test unless file is a w×h PNG image.
