@@ -147,7 +147,11 @@ func (v *vm) checkMemory() {
 		v.heapStart, v.heapNext = heap, heap+uint64(v.budget)
 		return
 	}
-	if heap <= v.heapNext {
+	if heap <= v.heapNext || v.w.Context != nil && v.w.Err() != nil {
+		// Within its budget's step; or past its time limit (or its
+		// client gone): it stops at its next instruction, and a collection
+		// now (hundreds of milliseconds on a loaded machine, with a heap
+		// of its budget's size) would only keep everyone waiting longer.
 		return
 	}
 	runtime.GC()
