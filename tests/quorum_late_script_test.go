@@ -108,16 +108,7 @@ func lateAcquire(t *testing.T, path string, keys []string, run acquireFunc) {
 		t.Fatal("warm-up acquire never granted")
 	}
 
-	nodes[1].Stop()
-	nodes[2].Stop()
-	resumed := make(chan struct{})
-	go func() {
-		defer close(resumed)
-		time.Sleep(150 * time.Millisecond) // the fault's length, not a synchronisation
-		nodes[1].Cont()
-		nodes[2].Cont()
-	}()
-	t.Cleanup(func() { <-resumed })
+	resumed := pauseTwo(t, nodes)
 	err := run(ctx, c, keys, "tok-s")
 	if err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
 		t.Fatalf("acquire with two nodes of three paused = %v; want TRYAGAIN", err)
@@ -181,16 +172,7 @@ func TestQuorumLateExtendKeepsOwnersLock(t *testing.T) {
 				t.Fatal("warm-up extend never answered 1")
 			}
 
-			nodes[1].Stop()
-			nodes[2].Stop()
-			resumed := make(chan struct{})
-			go func() {
-				defer close(resumed)
-				time.Sleep(150 * time.Millisecond) // the fault's length, not a synchronisation
-				nodes[1].Cont()
-				nodes[2].Cont()
-			}()
-			t.Cleanup(func() { <-resumed })
+			resumed := pauseTwo(t, nodes)
 			if err := extend.Run(ctx, c, []string{"ext:k"}, "tok-e", 60000).Err(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
 				t.Fatalf("extend with two nodes of three paused = %v; want TRYAGAIN", err)
 			}
@@ -219,4 +201,20 @@ func TestQuorumLateExtendKeepsOwnersLock(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pauseTwo stops nodes 1 and 2 for 150 ms, three node timeouts, and
+// returns what closes once they run again.
+func pauseTwo(t *testing.T, nodes []*testsrv.Redis) <-chan struct{} {
+	nodes[1].Stop()
+	nodes[2].Stop()
+	resumed := make(chan struct{})
+	go func() {
+		defer close(resumed)
+		time.Sleep(150 * time.Millisecond) // the fault's length, not a synchronisation
+		nodes[1].Cont()
+		nodes[2].Cont()
+	}()
+	t.Cleanup(func() { <-resumed })
+	return resumed
 }
