@@ -121,10 +121,7 @@ func holderOf(v backend.Value) LockHolder {
 		f, x := string(v.Elems[i].Str), v.Elems[i+1]
 		switch f {
 		case "granted_ms":
-			if x.Kind == backend.KindInt {
-				n := x.Int
-				h.GrantedMillis = &n
-			}
+			h.GrantedMillis = optInt(x)
 		case "client_addr":
 			h.ClientAddr = string(x.Str)
 		case "client_name":
@@ -134,10 +131,7 @@ func holderOf(v backend.Value) LockHolder {
 		case "instance":
 			h.Instance = string(x.Str)
 		case "postgres_pid":
-			if x.Kind == backend.KindInt {
-				n := x.Int
-				h.PostgresPID = &n
-			}
+			h.PostgresPID = optInt(x)
 		case "legacy":
 			h.Legacy = string(x.Str)
 		case "nodes":
@@ -147,6 +141,15 @@ func holderOf(v backend.Value) LockHolder {
 		}
 	}
 	return h
+}
+
+// optInt is an integer field of a holder, nil when it has none.
+func optInt(x backend.Value) *int64 {
+	if x.Kind != backend.KindInt {
+		return nil
+	}
+	n := x.Int
+	return &n
 }
 
 // LockPage is one page of LOCKPROXY LOCKS: Cursor "0" ends the iteration.
