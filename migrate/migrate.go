@@ -146,6 +146,7 @@ type Backend struct {
 	close  sync.Once
 	bridge sync.WaitGroup // the pub/sub bridge (pubsub.go), once SetHub started it
 	hubSet sync.Once
+	evals  inflight // script runs between their two sides (pubsub.go)
 }
 
 var _ backend.Backend = (*Backend)(nil)

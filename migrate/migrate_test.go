@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -645,5 +647,71 @@ func TestMigratePubSubBridge(t *testing.T) {
 		}
 		// "scripted" again (the legacy side's copy) or a rewake's
 		// repetition of the last message: spurious wake-ups.
+	}
+}
+
+// gatedInner is the memory backend whose script runs wait, once armed,
+// until the test lets them go: a slow inner side.
+type gatedInner struct {
+	*memory.Backend
+	armed   atomic.Bool
+	entered chan struct{} // an armed run arrived
+	release chan struct{} // closed: armed runs go on
+}
+
+func (g *gatedInner) Eval(ctx context.Context, db int, s backend.Script, keys []string, args [][]byte, ro bool) (backend.Value, error) {
+	if g.armed.Load() {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return g.Backend.Eval(ctx, db, s, keys, args, ro)
+}
+
+// TestMigrateBridgeHoldsScriptMessages: a script's message on the legacy
+// Redis, which it runs first, reaches lockproxy's subscribers through the
+// bridge only once the script has run on the inner backend too: a
+// release's wake-up never comes while the lock is still held inside.
+func TestMigrateBridgeHoldsScriptMessages(t *testing.T) {
+	inner := &gatedInner{Backend: memory.New(memory.Config{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	addr, lr, _ := testsrv.StartMigratingProxy(t, "memory", inner)
+	ctx := t.Context()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	legacy := redis.NewClient(&redis.Options{Addr: lr.Addr, MaxRetries: -1})
+	defer c.Close()
+	defer legacy.Close()
+	sub := c.Subscribe(ctx, "wake")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "the bridge subscribed on the legacy Redis", func() bool {
+		n, _ := legacy.Publish(ctx, "wake", "direct").Result()
+		return n > 0
+	})
+	if m, err := sub.ReceiveTimeout(ctx, 3*time.Second); err != nil {
+		t.Fatalf("the legacy PUBLISH never came through the bridge: %v, %v", m, err)
+	}
+
+	let := sync.OnceFunc(func() { inner.armed.Store(false); close(inner.release) })
+	defer let() // a failure below must not leave the script waiting
+	inner.armed.Store(true)
+	evaluated := make(chan error, 1)
+	go func() {
+		evaluated <- c.Eval(ctx, "redis.call('publish', KEYS[1], ARGV[1])", []string{"wake"}, "released").Err()
+	}()
+	<-inner.entered // the legacy side ran: its message is on its way
+	// Without the hold the bridge's copy arrives within milliseconds.
+	if m, err := sub.ReceiveTimeout(ctx, 300*time.Millisecond); err == nil {
+		t.Fatalf("%v reached a subscriber while the script had yet to run on the inner backend", m)
+	}
+	let()
+	if err := <-evaluated; err != redis.Nil {
+		t.Fatalf("EVAL = %v", err)
+	}
+	for range 2 { // one copy from each side
+		m, err := sub.ReceiveTimeout(ctx, 3*time.Second)
+		if msg, ok := m.(*redis.Message); err != nil || !ok || msg.Payload != "released" {
+			t.Fatalf("after the script ended: %v, %v; want the message %q", m, err, "released")
+		}
 	}
 }

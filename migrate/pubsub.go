@@ -33,6 +33,17 @@ import (
 // (Hub.Rewake): messages may have been lost meanwhile. A client's own
 // PUBLISH reaches this instance's subscribers only, not the legacy
 // Redis's nor another instance's.
+//
+// A script runs on the legacy Redis first, so its message there comes
+// back through the bridge while the inner backend has yet to run it: a
+// release's wake-up would reach a waiter while the lock is still held
+// inside, the waiter's try fails, and the inner side's own copy can come
+// while it is between that try and its next wait (node-redisson then
+// sleeps out the lock's lease: seen in TestNodeClients). So the bridge
+// holds each message until every script run of this instance that was
+// in flight when the message came has ended (at most bridgeHold): a
+// legacy message of this instance's script reaches the waiters once the
+// lock is free on both sides.
 
 // The bridge subscribes again after a failure once bridgeBackoff has
 // passed, doubling up to bridgeMaxBackoff while it keeps failing; it
@@ -41,6 +52,10 @@ const (
 	bridgeBackoff    = 100 * time.Millisecond
 	bridgeMaxBackoff = 2 * time.Second
 	bridgeIdle       = 5 * time.Second
+	// bridgeHold bounds how long a message waits for the script runs in
+	// flight when it came (a run slower than that: delivered anyway, a
+	// spurious wake-up at worst).
+	bridgeHold = time.Second
 )
 
 // SetHub implements backend.Publisher: the inner backend delivers its
@@ -136,7 +151,60 @@ func (b *Backend) relay(ctx context.Context, ps *redis.PubSub, h backend.Hub, fi
 				h.Rewake()
 			}
 		case *redis.Message:
+			b.evals.wait(ctx, bridgeHold)
 			h.Deliver([]byte(m.Channel), []byte(m.Payload))
+		}
+	}
+}
+
+// inflight tracks the script runs in flight (Eval). The zero value is
+// ready; it is safe for concurrent use.
+type inflight struct {
+	mu   sync.Mutex
+	next uint64
+	runs map[uint64]chan struct{} // closed when the run ends
+}
+
+// start records a run; the returned func ends it.
+func (f *inflight) start() (end func()) {
+	done := make(chan struct{})
+	f.mu.Lock()
+	if f.runs == nil {
+		f.runs = map[uint64]chan struct{}{}
+	}
+	id := f.next
+	f.next++
+	f.runs[id] = done
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		delete(f.runs, id)
+		f.mu.Unlock()
+		close(done)
+	}
+}
+
+// wait returns once every run in flight now has ended (runs started later
+// are not waited for), after max, or when ctx ends.
+func (f *inflight) wait(ctx context.Context, max time.Duration) {
+	f.mu.Lock()
+	runs := make([]chan struct{}, 0, len(f.runs))
+	for _, done := range f.runs {
+		runs = append(runs, done)
+	}
+	f.mu.Unlock()
+	if len(runs) == 0 {
+		return
+	}
+	timer := time.NewTimer(max)
+	defer timer.Stop()
+	for _, done := range runs {
+		select {
+		case <-done:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
 		}
 	}
 }

@@ -257,6 +257,7 @@ func (b *Backend) Eval(ctx context.Context, db int, s backend.Script, keys []str
 		// the legacy Redis does not have this instance's libraries
 		return backend.Value{}, backend.Reply("ERR lockproxy does not run functions (FCALL) while it migrates from a legacy Redis")
 	}
+	defer b.evals.start()() // the bridge holds its messages meanwhile (pubsub.go)
 	if !ro && b.releases.Is(s) {
 		return b.evalRelease(ctx, db, s, keys, args)
 	}
