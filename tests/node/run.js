@@ -412,13 +412,14 @@ async function nodeRedisson() {
     async () => { const l = one.getLock(`${prefix}:wake`); await l.lock(30000); return () => l.unlock(); },
     async () => { const l = two.getLock(`${prefix}:wake`); assert.ok(await l.tryLock(20000, 30000)); return () => l.unlock(); },
     () => subscribed(two, `redisson_lock__channel:{${prefix}:wake}`));
-  // A 2 s lease here: node-redisson subscribes only after a failed try,
+  // A 4 s lease here: node-redisson subscribes only after a failed try,
   // and one waiter's UNSUBSCRIBE ends the channel for the others on its
   // connection, so some of 8 contending workers miss their wake-up (on
-  // Redis too) and sleep out the lock's TTL.
+  // Redis too) and sleep out the lock's TTL; 2 s was too short for a
+  // holder on a loaded machine (its unlock found the lease gone).
   const summary = await counter(8, 20, async (i) => {
     const l = (i % 2 ? two : one).getLock(`${prefix}:counter`);
-    await l.lock(2000);
+    await l.lock(4000);
     return () => l.unlock();
   });
   return `${summary}, ${latency}`;
