@@ -15,6 +15,7 @@ import (
 // one proxy and database each), in RESP2 and RESP3. Between cases the
 // proxy is flushed (FLUSHALL) and its script cache emptied.
 func TestDifferentialPostgres(t *testing.T) {
+	t.Parallel()
 	cases := append(diffLoadCorpus(t, "postgres"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
 	cases = append(cases, diffAsFunctions(cases)...)

@@ -17,6 +17,7 @@ import (
 // each case the nodes are flushed and the proxy's script cache is emptied,
 // and the case runs on new connections, so no state crosses cases.
 func TestDifferentialQuorum(t *testing.T) {
+	t.Parallel()
 	cases := append(diffLoadCorpus(t, "quorum"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
 	cases = append(cases, diffAsFunctions(cases)...)

@@ -111,6 +111,7 @@ func diffLoadCorpus(t *testing.T, target string) []diffCase {
 }
 
 func TestDifferential(t *testing.T) {
+	t.Parallel()
 	cases := append(diffLoadCorpus(t, "memory"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
 	cases = append(cases, diffAsFunctions(cases)...)

@@ -18,6 +18,7 @@ import (
 // Redis serves every case, flushed before each; each case gets a fresh
 // memory backend and proxy.
 func TestMigratingDifferential(t *testing.T) {
+	t.Parallel()
 	cases := append(diffLoadCorpus(t, "migrating"), diffGenerated()...)
 	cases = append(cases, diffScriptCases(t)...)
 	redis := testsrv.StartRedis(t)

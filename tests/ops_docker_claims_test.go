@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,26 +16,18 @@ import (
 	"github.com/lockproxy/lockproxy/internal/testsrv"
 )
 
-// TestOpsDockerfileClaims checks what the Dockerfile's comments say of the
-// image, with the binary its own build command makes (VERSION set as
-// --build-arg would) and its environment: --version names the release;
-// without a password it refuses to start with the exit code and message
-// quoted; LOCKPROXY_PROTECTED_MODE=no serves without one; with
+// dockerClaims checks what the Dockerfile's comments say of the image,
+// with the binary its own build command makes (TestOpsDockerfile) and its
+// environment: --version names the release; without a password it refuses
+// to start with the exit code and message quoted;
+// LOCKPROXY_PROTECTED_MODE=no serves without one; with
 // LOCKPROXY_REQUIREPASS the admin port serves /metrics, /healthz and
 // /readyz to anyone, the locks and the page only over HTTP Basic, and
 // force-release to the default user.
-func TestOpsDockerfileClaims(t *testing.T) {
-	t.Parallel()
+func dockerClaims(t *testing.T, bin string) {
 	src, err := os.ReadFile("../Dockerfile")
 	if err != nil {
 		t.Fatal(err)
-	}
-	lines := dockerfile(t)
-	bin := filepath.Join(t.TempDir(), "lockproxy")
-	build := exec.CommandContext(t.Context(), "sh", "-c", strings.Replace(instruction(t, lines, "RUN", "CGO_ENABLED=0 go build"), "/out/lockproxy", bin, 1))
-	build.Dir, build.Env = "..", append(os.Environ(), "VERSION=v1.4.0-claims")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
 	}
 	if out, code := testsrv.RunLockproxy(t, bin, "--version"); code != 0 || !strings.Contains(out, "v1.4.0-claims") {
 		t.Errorf("--version of a build with VERSION=v1.4.0-claims = %d %q; want it named", code, out)

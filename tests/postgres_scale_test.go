@@ -196,6 +196,7 @@ func TestPostgresAdvisoryLocksSetting(t *testing.T) {
 // apart from TestPostgres*, which test.sh runs again at another lease row
 // delay: once is enough for a capacity test of three minutes under -race.
 func TestScaleHundredThousandLocks(t *testing.T) {
+	t.Parallel()
 	const n = 100_000
 	for _, strategy := range []string{pgbridge.Advisory, pgbridge.Lease} {
 		t.Run(strategy, func(t *testing.T) {

@@ -476,6 +476,7 @@ var psScenarios = []psScenario{
 // TestPubSub runs each scenario on a real redis-server and on each
 // target, and requires the same frames, byte for byte.
 func TestPubSub(t *testing.T) {
+	t.Parallel()
 	redis := testsrv.StartRedis(t)
 	for _, target := range pubsubTargets(t) {
 		t.Run(target.name, func(t *testing.T) {

@@ -31,6 +31,7 @@ const artifactsEnv = "LOCKPROXY_TEST_ARTIFACTS"
 // are kept under $LOCKPROXY_TEST_ARTIFACTS/TestStatusPage. A missing
 // chromium fails the test: ./test.sh installs it.
 func TestStatusPage(t *testing.T) {
+	t.Parallel()
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatalf("chromium is not installed (./test.sh installs it: apt-get install chromium): %v", err)
