@@ -161,8 +161,7 @@ func (b *Backend) relay(ctx context.Context, ps *redis.PubSub, h backend.Hub, fi
 // ready; it is safe for concurrent use.
 type inflight struct {
 	mu   sync.Mutex
-	next uint64
-	runs map[uint64]chan struct{} // closed when the run ends
+	runs map[chan struct{}]struct{} // each closed when its run ends
 }
 
 // start records a run; the returned func ends it.
@@ -170,15 +169,13 @@ func (f *inflight) start() (end func()) {
 	done := make(chan struct{})
 	f.mu.Lock()
 	if f.runs == nil {
-		f.runs = map[uint64]chan struct{}{}
+		f.runs = map[chan struct{}]struct{}{}
 	}
-	id := f.next
-	f.next++
-	f.runs[id] = done
+	f.runs[done] = struct{}{}
 	f.mu.Unlock()
 	return func() {
 		f.mu.Lock()
-		delete(f.runs, id)
+		delete(f.runs, done)
 		f.mu.Unlock()
 		close(done)
 	}
@@ -189,7 +186,7 @@ func (f *inflight) start() (end func()) {
 func (f *inflight) wait(ctx context.Context, max time.Duration) {
 	f.mu.Lock()
 	runs := make([]chan struct{}, 0, len(f.runs))
-	for _, done := range f.runs {
+	for done := range f.runs {
 		runs = append(runs, done)
 	}
 	f.mu.Unlock()
